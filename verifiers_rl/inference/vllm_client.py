@@ -147,38 +147,42 @@ class VLLMClient:
 
     # --- admin requests (weight sync) -----------------------------------------------------------------------------
     def post_all(self, path: str, payload: dict[str, Any] | None = None, what: str = "request",
-                 timeout: float = 300.0, retries: int = 2) -> list[float]:
-        """POST `path` to every server (in order); returns each one's latency in seconds.
+                 timeout: float = 300.0, retries: int = 2) -> list[Any]:
+        """POST `path` to every server (in order); returns each one's JSON answer (None if not JSON).
         Raises ModelServerError naming the server, the route and the server's answer."""
+        return [self.post(idx, path, payload, what, timeout, retries) for idx in range(len(self.roots))]
+
+    def post(self, idx: int, path: str, payload: dict[str, Any] | None = None, what: str = "request",
+             timeout: float = 300.0, retries: int = 2) -> Any:
+        """POST `path` (may carry a query string) to server `idx`; retries connection errors and 5xx `retries`
+        times (pass 0 for requests that must not run twice); returns the JSON answer (None if not JSON)."""
         import httpx
 
-        latencies = []
-        with httpx.Client(timeout=timeout) as http:
-            for idx, root in enumerate(self.roots):
-                attempt = 0
-                while True:
-                    t0 = time.perf_counter()
-                    try:
-                        r = http.post(root + path, json=payload) if payload is not None else http.post(root + path)
-                    except httpx.HTTPError as e:
-                        note = self._status(idx)
-                        if note is None and attempt < retries:
-                            time.sleep(self._backoff(attempt))
-                            attempt += 1
-                            continue
-                        raise ModelServerError(
-                            f"{what}: POST {root}{path} failed ({type(e).__name__}: {_one_line(e, 160)})"
-                            + (f"; {note}" if note else "")) from None
-                    if r.status_code >= 500 and attempt < retries and self._status(idx) is None:
-                        time.sleep(self._backoff(attempt))
-                        attempt += 1
-                        continue
-                    if r.status_code >= 400:
-                        raise ModelServerError(
-                            f"{what}: POST {root}{path} answered {r.status_code}: {_one_line(r.text)}")
-                    latencies.append(time.perf_counter() - t0)
-                    break
-        return latencies
+        root = self.roots[idx]
+        attempt = 0
+        while True:
+            try:
+                with httpx.Client(timeout=timeout) as http:
+                    r = http.post(root + path, json=payload) if payload is not None else http.post(root + path)
+            except httpx.HTTPError as e:
+                note = self._status(idx)
+                if note is None and attempt < retries:
+                    time.sleep(self._backoff(attempt))
+                    attempt += 1
+                    continue
+                raise ModelServerError(
+                    f"{what}: POST {root}{path} failed ({type(e).__name__}: {_one_line(e, 160)})"
+                    + (f"; {note}" if note else "")) from None
+            if r.status_code >= 500 and attempt < retries and self._status(idx) is None:
+                time.sleep(self._backoff(attempt))
+                attempt += 1
+                continue
+            if r.status_code >= 400:
+                raise ModelServerError(f"{what}: POST {root}{path} answered {r.status_code}: {_one_line(r.text)}")
+            try:
+                return r.json()
+            except ValueError:
+                return None
 
     def get_json(self, idx: int, path: str, timeout: float = 30.0) -> Any:
         import httpx

@@ -203,6 +203,7 @@ class VLLMServerConfig:
     timeout: float = 300.0
     env: dict[str, str] = field(default_factory=dict)
     sync_dir: str | None = None
+    weight_transfer: str | None = None  # 'nccl' / 'gloo': vLLM's native weight transfer (weight_transfer.py)
 
     def layout(self, available: int | None = None) -> GPULayout:
         return plan_gpus(self.gpus, self.trainer_gpus, available=available, colocate=self.colocate)
@@ -228,6 +229,16 @@ def build_command(cfg: VLLMServerConfig, python: str, port: int, layout: GPULayo
             cmd.append("--enable-lora")
         if "max-lora-rank" not in user:
             cmd += ["--max-lora-rank", str(vllm_lora_rank(cfg.max_lora_rank))]
+    if cfg.weight_transfer in ("nccl", "gloo"):
+        if "weight-transfer-config" not in user:
+            cmd += ["--weight-transfer-config", json.dumps({"backend": cfg.weight_transfer})]
+        if cfg.weight_transfer == "gloo":
+            from verifiers_rl.inference.vllm_worker import GLOO_EXTENSION
+
+            if "worker-extension-cls" in user:
+                raise VLLMLaunchError("inference.args.worker_extension_cls: the gloo weight transfer loads its own "
+                                      "worker extension; remove it or use vllm_weight_transfer='disk'")
+            cmd += ["--worker-extension-cls", GLOO_EXTENSION]
     layout = layout or cfg.layout()
     if layout.data_parallel_size > 1 and "data-parallel-size" not in user:
         cmd += ["--data-parallel-size", str(layout.data_parallel_size)]
@@ -252,6 +263,10 @@ def build_env(cfg: VLLMServerConfig, python: str, layout: GPULayout | None = Non
     layout = layout or cfg.layout()
     env.update(layout.inference_env())
     env.update({k: str(v) for k, v in cfg.env.items()})
+    if cfg.weight_transfer == "gloo":  # the worker extension lives in our package, run by the server's Python
+        from verifiers_rl.inference.vllm_worker import WORKER_PATH
+
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (WORKER_PATH, env.get("PYTHONPATH")) if p)
     return env
 
 

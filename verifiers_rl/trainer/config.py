@@ -209,6 +209,16 @@ class RLConfig(TrainingArguments):
     vllm_server_timeout: float = field(
         default=300.0, metadata={"help": "Seconds to wait for the vLLM server to be up."}
     )
+    vllm_weight_transfer: str = field(
+        default="auto",
+        metadata={"help": "How full fine-tuning weights reach vLLM after each step: 'nccl' (vLLM's native weight "
+                  "transfer, GPU to GPU; needs vllm in the trainer's Python), 'gloo' (the same protocol over TCP, "
+                  "for CPU servers), 'disk' (safetensors + reload), or 'auto' (nccl when the trainer has CUDA and "
+                  "vllm and the servers can reach it, else disk). LoRA always hot-swaps the adapter."},
+    )
+    vllm_weight_transfer_host: str | None = field(
+        default=None, metadata={"help": "The trainer's address as the vLLM servers reach it, for nccl/gloo with "
+                                "servers on other machines (None: 127.0.0.1)."})
     generation_timeout: float = field(default=600.0, metadata={"help": "Seconds one batch's generation may take."})
 
     # --- transformers.Trainer plumbing (RLTrainer owns data, accumulation and eval) -----------------------------------
@@ -308,6 +318,17 @@ class RLConfig(TrainingArguments):
         if (self.easy_threshold is not None and self.hard_threshold is not None
                 and self.hard_threshold >= self.easy_threshold):
             fail(f"hard_threshold={self.hard_threshold} must be < easy_threshold={self.easy_threshold}")
+        from verifiers_rl.inference.weight_transfer import TRANSFERS, check_transfer, vllm_importable
+
+        if self.vllm_weight_transfer not in TRANSFERS:
+            fail(f"vllm_weight_transfer={self.vllm_weight_transfer!r} is not one of {', '.join(TRANSFERS)}")
+        if self.vllm_weight_transfer in ("nccl", "gloo"):
+            import torch
+
+            problem = check_transfer(self.vllm_weight_transfer, use_lora=self.use_lora,
+                                     cuda=torch.cuda.is_available(), vllm_in_trainer=vllm_importable())
+            if problem:
+                fail(problem)
         if self.local_async and self.inference_backend == "vllm":
             fail("local_async=True applies to the local engine only; remove it or set inference_backend='local'")
         if self.max_async_level < 0:
