@@ -617,6 +617,14 @@ def test_two_servers_both_get_requests_and_every_sync(server, tiny_model_dir, tm
             loaded = re.findall(r"Loaded new LoRA adapter: name 'vf-policy', path '" + re.escape(sync_dir)
                                 + r"/adapter-(\d+)-", Path(s.log_path).read_text(errors="replace"))
             assert [int(v) for v in loaded] == [0, 1, 2], (s.url, loaded)
+        # the second server runs without --weight-transfer-config: native transfer is refused at once, in one line
+        from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
+
+        sync = NativeWeightTransfer(VLLMClient([second.url]), second.served_model_name, "gloo", timeout=300)
+        t0 = time.monotonic()
+        with pytest.raises(ModelServerError, match="--weight-transfer-config") as err:
+            sync.sync(model, 1)
+        assert time.monotonic() - t0 < 30 and "\n" not in str(err.value)
     finally:
         second.stop()
     assert group_members(second.pid) == []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -130,19 +131,37 @@ class GlooSender:
         init = {"master_address": master_address, "master_port": port, "rank_offset": 1,
                 "world_size": world_size, "timeout_s": timeout}
         td = datetime.timedelta(seconds=timeout)
-        # The workers block in init until the group forms: ask for it on a side thread while we open rank 0.
-        with ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(control.init_weight_transfer_engine, init)
+        formed: dict[str, Any] = {}
+
+        def form() -> None:
             try:
-                self.store = dist.TCPStore(master_address, port, world_size, is_master=True, timeout=td,
-                                           wait_for_workers=False)
-                self.group = dist.ProcessGroupGloo(dist.PrefixStore(STORE_PREFIX, self.store), 0, world_size, td)
+                store = dist.TCPStore(master_address, port, world_size, is_master=True, timeout=td,
+                                      wait_for_workers=False)
+                formed["group"] = dist.ProcessGroupGloo(dist.PrefixStore(STORE_PREFIX, store), 0, world_size, td)
+                formed["store"] = store
             except Exception as e:
-                if fut.done() and fut.exception() is not None:
-                    raise fut.exception() from None
+                formed["error"] = e
+
+        # Both sides block until the group forms: open rank 0 on a daemon thread (a server that refuses the init
+        # must not leave us waiting out the timeout) while the workers are asked to join.
+        opener = threading.Thread(target=form, daemon=True)
+        opener.start()
+        pool = ThreadPoolExecutor(1)
+        try:
+            fut = pool.submit(control.init_weight_transfer_engine, init)
+            while opener.is_alive() and not fut.done():
+                opener.join(0.05)
+            if fut.done() and fut.exception() is not None:
+                raise _init_error(control, fut.exception())
+            opener.join()
+            if "error" in formed:
+                e = formed["error"]
                 raise ModelServerError(f"weight transfer: could not form the gloo group with "
-                                       f"{control.client.roots[control.idx]} ({type(e).__name__}: {e})") from None
+                                       f"{control.client.roots[control.idx]} ({type(e).__name__}: {e})")
             fut.result()
+        finally:
+            pool.shutdown(wait=False)
+        self.group, self.store = formed["group"], formed["store"]
 
     def send(self, model: Any, version: int) -> None:
         import torch.distributed as dist
@@ -155,7 +174,8 @@ class GlooSender:
         self.control.start_weight_update()
         opts = dist.BroadcastOptions()
         opts.rootRank = 0
-        with ThreadPoolExecutor(1) as pool:
+        pool = ThreadPoolExecutor(1)
+        try:
             fut = pool.submit(self.control.update_weights, info)
             time.sleep(0.01)
             if fut.done():
@@ -169,11 +189,20 @@ class GlooSender:
                                        f"failed ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
                                        + (f"; {note}" if note else "")) from None
             fut.result()
+        finally:
+            pool.shutdown(wait=False)  # after a failed broadcast the request may never return: don't wait on it
         self.control.finish_weight_update(str(version))
 
     def close(self) -> None:
         self.group = None
         self.store = None
+
+
+def _init_error(control: ServerControl, err: BaseException) -> BaseException:
+    if isinstance(err, ModelServerError) and "not configured" in str(err):
+        return ModelServerError(f"{err} — start the server with --weight-transfer-config '{{\"backend\": ...}}' "
+                                "(vf-rl does for the servers it launches), or use vllm_weight_transfer='disk'")
+    return err
 
 
 class NCCLSender:
@@ -243,8 +272,13 @@ class NativeWeightTransfer(WeightSync):
             try:
                 sender.send(model, version)
                 reset_prefix_cache(self.client, control.idx)
-            finally:
-                control.resume()
+            except BaseException:
+                try:
+                    control.resume()
+                except Exception:
+                    pass  # the transfer's own error says more
+                raise
+            control.resume()
         t2 = time.perf_counter()
         self.version = version
         self.last = {"time/weight_sync_connect": t1 - t0, "time/weight_sync_load": t2 - t1,
