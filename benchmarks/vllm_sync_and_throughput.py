@@ -1,7 +1,9 @@
 """vLLM backend figures on this machine, in one run against one real vLLM server:
 
 - LoRA hot-swap sync latency: save the adapter (safetensors) + `POST /v1/load_lora_adapter` (load_inplace);
-- full-weight sync latency: save all weights (safetensors) + `POST /collective_rpc reload_weights` + `/reset_prefix_cache`;
+- full-weight sync latency, both ways: from disk (save all weights as safetensors + `POST /collective_rpc
+  reload_weights` + `/reset_prefix_cache`) and over vLLM's native weight transfer (pause, start, broadcast over
+  gloo into the layerwise reload, finish, reset prefix cache, resume; no disk);
 - rollout throughput, tokens/s: N concurrent chat requests of exactly T new tokens with logprobs and token ids,
   as RL rollouts ask for them, on vLLM (base model, and through the LoRA adapter) and on the local engine
   (in-process HF generate), alternating so a change in machine load hits all alike.
@@ -50,6 +52,7 @@ def main() -> None:
     from verifiers_rl.inference.vllm_client import VLLMClient
     from verifiers_rl.inference.vllm_server import VLLMServer, VLLMServerConfig
     from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap
+    from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
     from verifiers_rl.models.tiny import build_tiny_model
 
     tmp = tempfile.TemporaryDirectory()
@@ -61,7 +64,7 @@ def main() -> None:
     print(f"model: {model_dir} ({sum(p.numel() for p in model.parameters()):,} params)  prompts: {N}  "
           f"new tokens: {T}  torch threads (trainer process): {torch.get_num_threads()}")
 
-    cfg = VLLMServerConfig(model=model_dir, enable_lora=True, max_lora_rank=args.lora_rank,
+    cfg = VLLMServerConfig(model=model_dir, enable_lora=True, max_lora_rank=args.lora_rank, weight_transfer="gloo",
                            args={"dtype": args.dtype}, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
                            log_path=f"{tmp.name}/vllm.log", timeout=600)
     server = VLLMServer(cfg)
@@ -96,6 +99,13 @@ def main() -> None:
         for key, label in (("time/weight_sync_save", "save"), ("time/weight_sync_load", "reload"),
                            ("time/weight_sync_total", "save+reload")):
             print(f"  {label:11s} " + _fmt([r[key] for r in runs], 1000, " ms"))
+        nsync = NativeWeightTransfer(client, server.served_model_name, "gloo")
+        for v in range(args.sync_repeats + 1):  # the first one also forms the gloo group
+            nsync.sync(model, v)
+        connect_ms = nsync.history[0]["time/weight_sync_connect"] * 1000
+        print(f"full-weight sync over the native weight transfer (gloo), connect {connect_ms:.0f} ms once, then ms:")
+        print("  transfer    " + _fmt([r["time/weight_sync_total"] for r in nsync.history[1:]], 1000, " ms"))
+        nsync.close()
 
         # --- throughput ------------------------------------------------------------------------------------
         engine = LocalEngine(model, tok, max_batch_size=max(N, 1))

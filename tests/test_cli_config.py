@@ -288,9 +288,11 @@ def test_no_gpu_runs_on_cpu_with_the_local_engine():
 
 
 def test_fewer_gpus_than_asked_is_one_line():
-    msg = err(plan, {**BASE, "inference": {"gpus": 1}, "trainer": {"gpus": 1}}, 1)
+    msg = err(plan, {**BASE, "inference": {"gpus": 1, "colocate": False}, "trainer": {"gpus": 1}}, 1)
     assert msg == ("inference.gpus + trainer.gpus: 2 GPUs asked (inference 1 + trainer 1) but only 1 is visible; "
                    "lower them (or set CUDA_VISIBLE_DEVICES)")
+    assert err(plan, {**BASE, "inference": {"gpus": 1}, "trainer": {"gpus": 2}}, 1).startswith(
+        "inference.gpus + trainer.gpus: 3 GPUs asked")
     assert err(plan, {**BASE, "inference": {"backend": "local"}, "trainer": {"gpus": 3}}, 2).startswith(
         "trainer.gpus: 3 GPUs asked (devices 0, 1, 2) but only 2 GPUs are visible")
     assert err(plan, {**BASE, "inference": {"gpus": [5]}}, 2).startswith("inference.gpus: GPU 5 asked but only 2 GPUs")
@@ -306,6 +308,35 @@ def test_gpu_assignment_and_backend_choice():
     assert p.backend == "local" and p.trainer_gpus == [] and p.lines[-1] == "trainer on the CPU"
     p = plan({**BASE, "inference": {"gpus": [2]}, "trainer": {"gpus": [0, 1]}}, 3)
     assert p.server_gpus == [2] and p.trainer_gpus == [0, 1]
+
+
+def test_one_gpu_is_shared_by_the_server_and_the_trainer(tmp_path):
+    from verifiers_rl.inference.vllm_server import VLLMServer
+    from verifiers_rl.launch import build_processes, vllm_server_config
+
+    # (GPU counts are given to the planner: no GPU is needed or touched)
+    p = plan({**BASE}, 1)  # the defaults: inference.gpus = trainer.gpus = 1
+    assert p.colocated and p.start_server and p.server_gpus == [0] and p.trainer_gpus == [0]
+    assert p.lines[0] == ("inference: a vLLM server on GPU 0, started by the trainer and sharing the GPU with it "
+                          "(the server takes 0.3 of its memory: inference.gpu_memory_utilization)")
+    assert not plan({**BASE}, 2).colocated  # two GPUs: split
+    assert plan({**BASE, "inference": {"colocate": True}}, 2).trainer_gpus == [0]
+    assert err(plan, {**BASE, "inference": {"colocate": True}, "trainer": {"gpus": 2}}, 2).startswith(
+        "inference.colocate: server and trainer share one GPU")
+    cfg = validate_run_config({**BASE, "inference": {"gpu_memory_utilization": 0.4}})
+    [trainer] = build_processes(cfg, p, tmp_path / "rl.toml")
+    assert trainer.env["CUDA_VISIBLE_DEVICES"] == "0"
+    # as written at launch: the trainer's server shares GPU 0 and is capped
+    launched = validate_run_config({**BASE, "inference": {"backend": "vllm", "gpus": [0], "colocate": True,
+                                                          "gpu_memory_utilization": 0.4}})
+    sc = vllm_server_config(launched, tmp_path)
+    sc.model = "/m"
+    server = VLLMServer(sc, python="/py")
+    assert server.layout.colocated and server.env()["CUDA_VISIBLE_DEVICES"] == "0"
+    cmd = server.command()
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.4"
+    assert err(validate_run_config, {**BASE, "inference": {"gpu_memory_utilization": 1.5}}).startswith(
+        "inference.gpu_memory_utilization")
 
 
 def test_trainer_process_and_vllm_server_config(tmp_path):

@@ -169,6 +169,11 @@ def test_weight_transfer_choice():
     assert pick(urls=["http://10.0.0.5:8000"], host="10.0.0.2") == "nccl"
     assert pick(cuda=False) == pick(vllm=False) == "disk"
     assert pick(lora=True) == "lora"
+    assert resolve_transfer("auto", use_lora=False, cuda=True, vllm_in_trainer=True, urls=[], transfer_host=None,
+                            shared_gpu=True) == "disk"  # colocated: NCCL can't pair two processes on one GPU
+    with pytest.raises(ValueError, match="shares the trainer's GPU"):
+        resolve_transfer("nccl", use_lora=False, cuda=True, vllm_in_trainer=True, urls=[], transfer_host=None,
+                         shared_gpu=True)
     assert pick("gloo", cuda=False) == "gloo"
     assert check_transfer("nccl", use_lora=False, cuda=False, vllm_in_trainer=True).startswith(
         "vllm_weight_transfer='nccl' needs a CUDA GPU")

@@ -86,6 +86,7 @@ class LaunchPlan:
     trainer_gpus: list[int] = field(default_factory=list)
     start_server: bool = False             # the trainer starts a vLLM server (logs/inference.log)
     gpus_visible: int = 0
+    colocated: bool = False                # server and trainer share one GPU
 
 
 def _ids(spec: int | list[int], start: int) -> list[int]:
@@ -136,11 +137,20 @@ def plan_launch(cfg: RunConfig, gpus_visible: int, has_vllm: Any = None) -> Laun
                      "or install vllm)")
     else:
         backend, start_server = "vllm", True
+    colocated = start_server and (inf.colocate if inf.colocate is not None else
+                                  gpus_visible == 1 and n_inf == 1 and n_tr == 1
+                                  and not isinstance(inf.gpus, list) and not isinstance(cfg.trainer.gpus, list))
+    if colocated and (n_inf != 1 or n_tr != 1):
+        raise ConfigError(f"inference.colocate: server and trainer share one GPU, but inference.gpus = {inf.gpus!r} "
+                          f"and trainer.gpus = {cfg.trainer.gpus!r}; set both to 1 (or the same one device id)")
     server_ids = _ids(inf.gpus, 0) if start_server else []
     after = (max(server_ids) + 1 if server_ids else 0) if isinstance(inf.gpus, list) else len(server_ids)
-    trainer_ids = _ids(cfg.trainer.gpus, after)
-    if start_server and not isinstance(inf.gpus, list) and not isinstance(cfg.trainer.gpus, list) \
-            and n_inf + n_tr > gpus_visible:
+    trainer_ids = list(server_ids) if colocated else _ids(cfg.trainer.gpus, after)
+    if colocated and isinstance(cfg.trainer.gpus, list) and trainer_ids != list(cfg.trainer.gpus):
+        raise ConfigError(f"inference.colocate: trainer.gpus = {cfg.trainer.gpus} must be the server's GPU "
+                          f"{server_ids}")
+    if start_server and not colocated and not isinstance(inf.gpus, list) \
+            and not isinstance(cfg.trainer.gpus, list) and n_inf + n_tr > gpus_visible:
         raise ConfigError(f"inference.gpus + trainer.gpus: {n_inf + n_tr} GPUs asked (inference {n_inf} + trainer "
                           f"{n_tr}) but only {gpus_visible} {_are(gpus_visible)} visible; lower them (or set "
                           "CUDA_VISIBLE_DEVICES)")
@@ -152,12 +162,18 @@ def plan_launch(cfg: RunConfig, gpus_visible: int, has_vllm: Any = None) -> Laun
                           f"only {_plural(gpus_visible)} {_are(gpus_visible)} visible; lower it (or set "
                           "CUDA_VISIBLE_DEVICES)")
     where = f"trainer on GPU {', '.join(map(str, trainer_ids))}" if trainer_ids else "trainer on the CPU"
-    if start_server:
+    if colocated:
+        from verifiers_rl.inference.vllm_server import DEFAULT_COLOCATED_GPU_MEMORY
+
+        share = inf.gpu_memory_utilization or DEFAULT_COLOCATED_GPU_MEMORY
+        lines.insert(0, f"inference: a vLLM server on GPU {server_ids[0]}, started by the trainer and sharing the GPU "
+                     f"with it (the server takes {share:g} of its memory: inference.gpu_memory_utilization)")
+    elif start_server:
         lines.insert(0, f"inference: a vLLM server on GPU {', '.join(map(str, server_ids)) or '(none)'}, started by "
                      f"the trainer; {where}")
     else:
         lines.append(where)
-    return LaunchPlan(lines, backend, urls, server_ids, trainer_ids, start_server, gpus_visible)
+    return LaunchPlan(lines, backend, urls, server_ids, trainer_ids, start_server, gpus_visible, colocated)
 
 
 def build_processes(cfg: RunConfig, plan: LaunchPlan, config_path: Path, rl_args: Any = None) -> list[Process]:
@@ -182,13 +198,18 @@ def vllm_server_config(cfg: RunConfig, output_dir: str | Path) -> Any:
     inf = cfg.inference
     args = dict(inf.args)
     env: dict[str, str] = dict(inf.env)
+    log_path = str(Path(output_dir) / "logs" / "inference.log")
+    if inf.colocate and isinstance(inf.gpus, list) and len(inf.gpus) == 1:  # as written at launch
+        return VLLMServerConfig(python=inf.python, host=inf.host, port=inf.port, args=args, gpus=list(inf.gpus),
+                                trainer_gpus=list(inf.gpus), colocate=True, env=env, log_path=log_path,
+                                gpu_memory_utilization=inf.gpu_memory_utilization)
     if isinstance(inf.gpus, list) and inf.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inf.gpus))
         if len(inf.gpus) > 1 and not any(str(k).replace("-", "_") == "data_parallel_size" for k in args):
             args["data_parallel_size"] = len(inf.gpus)
     return VLLMServerConfig(python=inf.python, host=inf.host, port=inf.port, args=args, gpus=None,
-                            trainer_gpus=None, colocate=False, env=env,
-                            log_path=str(Path(output_dir) / "logs" / "inference.log"))
+                            trainer_gpus=None, colocate=False, env=env, log_path=log_path,
+                            gpu_memory_utilization=inf.gpu_memory_utilization)
 
 
 # --- the supervisor --------------------------------------------------------------------------------------------------
@@ -391,6 +412,7 @@ def prepare_launch(run: Any, plan: LaunchPlan, options: dict[str, Any], detached
     data["inference"]["urls"] = list(plan.urls)
     if plan.server_gpus:  # device ids: the trainer process sees only its own GPUs
         data["inference"]["gpus"] = list(plan.server_gpus)
+        data["inference"]["colocate"] = plan.colocated
     if plan.gpus_visible:
         data["trainer"]["gpus"] = list(plan.trainer_gpus)
     elif plan.start_server and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:

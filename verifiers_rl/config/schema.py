@@ -71,6 +71,11 @@ class InferenceSection(Section):
         "trainer unless `urls` are given); 'auto': vllm with `urls`, or when there is a GPU and a Python with vLLM, "
         "else local")
     gpus: int | list[int] = Field(1, description="GPUs for the vLLM server: a count (the first ones) or device ids")
+    colocate: bool | None = Field(None, description="server and trainer share one GPU, the server capped by "
+                                  "gpu_memory_utilization; None: exactly when one GPU is visible and inference.gpus "
+                                  "and trainer.gpus are both 1")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="share of its GPU's memory the "
+                                                 "server may take (vLLM's default 0.9; colocated: 0.3)")
     args: dict[str, Any] = Field(default_factory=dict, description="vLLM server flags: key → --key (true → bare "
                                  "flag, false → omitted, list → repeated values)")
     urls: list[str] = Field(default_factory=list, description="base URLs of already-running servers (nothing is "

@@ -75,7 +75,7 @@ class VLLMBackend:
             url = f"http://{args.vllm_server_host}:{args.vllm_server_port}"
             if health_ok(url):
                 urls = [url]
-        transfer = weight_transfer_for(trainer, urls)
+        transfer = weight_transfer_for(trainer, urls, shared_gpu=not urls and bool(cfg.colocate))
         if not urls:
             cfg = _launch_config(cfg, trainer, transfer)
             server = VLLMServer(cfg)
@@ -132,7 +132,7 @@ _SYNC_NAMES = {"lora": "LoRA adapter hot-swap", "nccl": "vLLM's native weight tr
                "gloo": "vLLM's native weight transfer over gloo (TCP)", "disk": "safetensors + reload_weights"}
 
 
-def weight_transfer_for(trainer: Any, urls: list[str]) -> str:
+def weight_transfer_for(trainer: Any, urls: list[str], shared_gpu: bool = False) -> str:
     """'lora', 'nccl', 'gloo' or 'disk' for this trainer and these servers (empty: one launched here)."""
     import torch
 
@@ -140,9 +140,12 @@ def weight_transfer_for(trainer: Any, urls: list[str]) -> str:
     params = next(iter(trainer.model.parameters()), None)
     on_cuda = torch.cuda.is_available() and params is not None and params.is_cuda
     choice = getattr(args, "vllm_weight_transfer", "auto")
-    transfer = resolve_transfer(choice, use_lora=bool(args.use_lora), cuda=on_cuda,
-                                vllm_in_trainer=vllm_importable(), urls=urls,
-                                transfer_host=args.vllm_weight_transfer_host)
+    try:
+        transfer = resolve_transfer(choice, use_lora=bool(args.use_lora), cuda=on_cuda,
+                                    vllm_in_trainer=vllm_importable(), urls=urls,
+                                    transfer_host=args.vllm_weight_transfer_host, shared_gpu=shared_gpu)
+    except ValueError as e:
+        raise VLLMLaunchError(str(e)) from None
     remote = [u for u in urls if not is_loopback(u)]
     if transfer in NATIVE and remote and not args.vllm_weight_transfer_host:
         raise VLLMLaunchError(f"vllm_weight_transfer={transfer!r} with servers on other machines ({remote[0]}): "

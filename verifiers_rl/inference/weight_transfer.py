@@ -44,17 +44,21 @@ def is_loopback(url: str) -> bool:
 
 
 def resolve_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer: bool, urls: list[str],
-                     transfer_host: str | None) -> str:
+                     transfer_host: str | None, shared_gpu: bool = False) -> str:
     """How full weights reach the servers: 'nccl', 'gloo' or 'disk' ('lora' with use_lora: adapters hot-swap).
 
-    'auto': nccl when the trainer has CUDA and vLLM and the servers can reach it (launched here, on this machine,
-    or `vllm_weight_transfer_host` set); else disk."""
+    'auto': nccl when the trainer has CUDA and vLLM, a GPU of its own (NCCL can't join two processes on one
+    device), and the servers can reach it (launched here, on this machine, or `vllm_weight_transfer_host` set);
+    else disk."""
     if use_lora:
         return "lora"
+    if choice == "nccl" and shared_gpu:
+        raise ValueError("vllm_weight_transfer='nccl': the server shares the trainer's GPU and NCCL can't connect "
+                         "two processes on one device; use 'disk' (or 'auto')")
     if choice != "auto":
         return choice
     reachable = not urls or all(is_loopback(u) for u in urls) or bool(transfer_host)
-    return "nccl" if cuda and vllm_in_trainer and reachable else "disk"
+    return "nccl" if cuda and vllm_in_trainer and reachable and not shared_gpu else "disk"
 
 
 def check_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer: bool) -> str | None:
