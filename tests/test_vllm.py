@@ -94,7 +94,9 @@ def test_env_enables_runtime_lora_dev_routes_and_drops_our_venv():
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # /collective_rpc and /reset_prefix_cache for full-weight sync
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["HOME"] == "/h"
-    assert "VIRTUAL_ENV" not in env and "PYTHONPATH" not in env
+    from verifiers_rl.inference.vllm_worker import WORKER_PATH
+
+    assert "VIRTUAL_ENV" not in env and env["PYTHONPATH"] == WORKER_PATH  # our venv's path dropped, ours only
     assert "CUDA_VISIBLE_DEVICES" not in env  # CPU: no GPUs named
 
 
