@@ -681,6 +681,66 @@ def test_native_gloo_transfer_matches_the_new_weights(server, hf_model, tiny_mod
 
 @pytest.mark.vllm
 @requires_vllm
+def test_nccl_transfer_drives_vllms_engine_through_the_real_control_plane(server, hf_model, monkeypatch):
+    """NCCL needs CUDA, so vLLM's trainer engine is stood in for (recording what it is given and driving the
+    real server's start/finish routes, without a broadcast); everything around it runs for real."""
+    import types
+
+    import httpx
+
+    from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
+
+    calls: list = []
+
+    class StandInEngine:  # vLLM's NCCLTrainerWeightTransferEngine: trainer_init(info, client=, source=)
+        @classmethod
+        def trainer_init(cls, info, *, client, source):
+            calls.append(("init", info))
+            engine = cls()
+            engine.client, engine.source = client, source
+            return engine
+
+        def send_weights(self):
+            calls.append(("send", [name for name, _ in self.source]))
+            self.client.start_weight_update()
+            self.client.finish_weight_update()
+
+        def shutdown(self):
+            calls.append(("shutdown",))
+
+    class InitInfo:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    class ModuleSource:
+        def __init__(self, module):
+            self.module = module
+
+        def __iter__(self):
+            return iter(self.module.named_parameters())
+
+    modules = {"vllm": types.ModuleType("vllm"), "vllm.distributed": types.ModuleType("vllm.distributed"),
+               "vllm.distributed.weight_transfer": types.ModuleType("vllm.distributed.weight_transfer"),
+               "vllm.distributed.weight_transfer.base": types.SimpleNamespace(ModuleSource=ModuleSource),
+               "vllm.distributed.weight_transfer.nccl_engine": types.SimpleNamespace(
+                   NCCLTrainerInitInfo=InitInfo, NCCLTrainerWeightTransferEngine=StandInEngine)}
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    client = VLLMClient([server.url])
+    sync = NativeWeightTransfer(client, server.served_model_name, "nccl")
+    sync.sync(hf_model, 7)
+    sync.sync(hf_model, 8)
+    sync.close()
+    (_, info), *rest = calls
+    assert info.master_address == "127.0.0.1" and info.world_size == 2 and info.rank == 0  # trainer + 1 worker
+    names = [n for n, _ in hf_model.named_parameters()]
+    assert rest == [("send", names), ("send", names), ("shutdown",)]
+    assert httpx.get(server.url + "/weight_info").json()["weight_version"] == "8"
+    assert max_diff(hf_model, client, server.served_model_name) < 1e-4  # paused, resumed, serving as before
+
+
+@pytest.mark.vllm
+@requires_vllm
 def test_full_fine_tuning_through_vllm_with_native_weight_transfer(server, hf_model, tiny_model_dir, tmp_path):
     import httpx
 
