@@ -174,6 +174,8 @@ def test_weight_transfer_choice():
     assert pick(urls=["http://localhost:8000/v1"]) == "nccl"
     assert pick(urls=["http://10.0.0.5:8000"]) == "disk"  # can't reach back to 127.0.0.1
     assert pick(urls=["http://10.0.0.5:8000"], host="10.0.0.2") == "nccl"
+    with pytest.raises(ValueError, match="set vllm_weight_transfer_host"):
+        pick("gloo", urls=["http://10.0.0.5:8000"])
     assert pick(cuda=False) == pick(vllm=False) == "disk"
     assert pick(lora=True) == "lora"
     assert resolve_transfer("auto", use_lora=False, cuda=True, vllm_in_trainer=True, urls=[], transfer_host=None,

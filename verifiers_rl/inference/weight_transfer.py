@@ -49,15 +49,19 @@ def resolve_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer
 
     'auto': nccl when the trainer has CUDA and vLLM, a GPU of its own (NCCL can't join two processes on one
     device), and the servers can reach it (launched here, on this machine, or `vllm_weight_transfer_host` set);
-    else disk."""
+    else disk. Raises ValueError (one line) for an explicit choice these servers can't take."""
     if use_lora:
         return "lora"
     if choice == "nccl" and shared_gpu:
         raise ValueError("vllm_weight_transfer='nccl': the server shares the trainer's GPU and NCCL can't connect "
                          "two processes on one device; use 'disk' (or 'auto')")
+    remote = [u for u in urls if not is_loopback(u)]
+    if choice in NATIVE and remote and not transfer_host:
+        raise ValueError(f"vllm_weight_transfer={choice!r} with servers on other machines ({remote[0]}): set "
+                         "vllm_weight_transfer_host to this machine's address as they reach it")
     if choice != "auto":
         return choice
-    reachable = not urls or all(is_loopback(u) for u in urls) or bool(transfer_host)
+    reachable = not remote or bool(transfer_host)
     return "nccl" if cuda and vllm_in_trainer and reachable and not shared_gpu else "disk"
 
 
@@ -87,6 +91,11 @@ class ServerControl:
 
     def __init__(self, client: VLLMClient, idx: int, timeout: float):
         self.client, self.idx, self.timeout = client, idx, timeout
+        self.root = client.roots[idx]
+
+    def status(self) -> str | None:
+        """Why the server is gone (a server we launched), or None."""
+        return self.client._status(self.idx)
 
     def _post(self, path: str, payload: dict | None = None, retries: int = 0) -> Any:
         return self.client.post(self.idx, path, payload, what="weight transfer", timeout=self.timeout,
@@ -96,7 +105,7 @@ class ServerControl:
         try:
             return int(self.client.get_json(self.idx, "/get_world_size")["world_size"])
         except Exception as e:
-            raise ModelServerError(f"weight transfer: GET {self.client.roots[self.idx]}/get_world_size failed "
+            raise ModelServerError(f"weight transfer: GET {self.root}/get_world_size failed "
                                    f"({type(e).__name__}: {e}); start the server with VLLM_SERVER_DEV_MODE=1 and "
                                    "--weight-transfer-config, or use vllm_weight_transfer='disk'") from None
 
@@ -114,6 +123,9 @@ class ServerControl:
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self._post("/finish_weight_update", {"weight_version": weight_version} if weight_version else None)
+
+    def update_weight_version(self, version: str) -> None:
+        self._post("/update_weight_version", {"new_version": version}, retries=1)
 
     def pause(self) -> None:
         self._post("/pause?mode=keep", retries=2)
@@ -161,7 +173,7 @@ class GlooSender:
             if "error" in formed:
                 e = formed["error"]
                 raise ModelServerError(f"weight transfer: could not form the gloo group with "
-                                       f"{control.client.roots[control.idx]} ({type(e).__name__}: {e})")
+                                       f"{control.root} ({type(e).__name__}: {e})")
             fut.result()
         finally:
             pool.shutdown(wait=False)
@@ -188,8 +200,8 @@ class GlooSender:
                 for flat in buffers:
                     self.group.broadcast([flat], opts).wait()
             except Exception as e:  # the server died mid-transfer, or the group timed out
-                note = self.control.client._status(self.control.idx)
-                raise ModelServerError(f"weight transfer: broadcast to {self.control.client.roots[self.control.idx]} "
+                note = self.control.status()
+                raise ModelServerError(f"weight transfer: broadcast to {self.control.root} "
                                        f"failed ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
                                        + (f"; {note}" if note else "")) from None
             fut.result()
@@ -226,8 +238,7 @@ class NCCLSender:
 
     def send(self, model: Any, version: int) -> None:
         self.engine.send_weights()  # start → update ∥ broadcast → finish
-        self.control.client.post(self.control.idx, "/update_weight_version", {"new_version": str(version)},
-                                 what="weight transfer", retries=1)
+        self.control.update_weight_version(str(version))
 
     def close(self) -> None:
         self.engine.shutdown()
@@ -251,7 +262,7 @@ class NativeWeightTransfer(WeightSync):
         self.version: int | None = None
         self.last: dict[str, float] = {}
         self.history: list[dict[str, float]] = []
-        self._tied: bool | None = None
+        self._refresh_head = True  # until a server turns out to lack the worker extension
 
     def model_name(self) -> str:
         return self.served_model_name
@@ -276,7 +287,8 @@ class NativeWeightTransfer(WeightSync):
             control.pause()
             try:
                 sender.send(model, version)
-                self._tied = refresh_tied_head(self.client, model, self._tied, control.idx)
+                if self._refresh_head:
+                    self._refresh_head = refresh_tied_head(self.client, control.idx, model)
                 reset_prefix_cache(self.client, control.idx)
             except BaseException:
                 try:

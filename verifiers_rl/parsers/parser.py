@@ -40,14 +40,16 @@ class Parser:
     def get_tool_messages(self, completion: Messages) -> Messages:
         return [m for m in completion if _role(m) == "tool"]
 
+    def assistant_texts(self, completion: Messages | str) -> list[str]:
+        """The text of each assistant message (a plain string is one)."""
+        if isinstance(completion, str):
+            return [completion]
+        return [_content_text(m) for m in self.get_assistant_messages(completion)]
+
     def parse_answer(self, completion: Messages | str) -> Any:
         """Parse the last assistant message (or a plain string)."""
-        if isinstance(completion, str):
-            return self.parse(completion)
-        assistant = self.get_assistant_messages(completion)
-        if not assistant:
-            return None
-        return self.parse(_content_text(assistant[-1]))
+        texts = self.assistant_texts(completion)
+        return self.parse(texts[-1]) if texts else None
 
     def get_format_reward_func(self) -> Callable[..., float]:
         """The base parser accepts any format."""

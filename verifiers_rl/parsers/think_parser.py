@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from verifiers_rl.parsers.parser import Parser, _content_text
+from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.types import Messages
 
 
@@ -21,8 +21,7 @@ class ThinkParser(Parser):
         """1 per assistant message that opens with one <think>…</think> block followed by an answer."""
 
         def format_reward(completion: Messages | str) -> float:
-            texts = [completion] if isinstance(completion, str) else [
-                _content_text(m) for m in self.get_assistant_messages(completion)]
+            texts = self.assistant_texts(completion)
             if not texts:
                 return 0.0
             ok = 0

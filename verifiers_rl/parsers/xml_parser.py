@@ -6,7 +6,7 @@ import re
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from verifiers_rl.parsers.parser import Parser, _content_text
+from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.types import Messages
 
 
@@ -48,10 +48,8 @@ class XMLParser(Parser):
 
     def parse_answer(self, completion: Messages | str) -> str | None:
         """The `answer_field` of the latest assistant message that has it."""
-        if isinstance(completion, str):
-            return getattr(self.parse(completion, last=True), self.answer_field, None)
-        for msg in reversed(self.get_assistant_messages(completion)):
-            value = getattr(self.parse(_content_text(msg), last=True), self.answer_field, None)
+        for text in reversed(self.assistant_texts(completion)):
+            value = getattr(self.parse(text, last=True), self.answer_field, None)
             if value is not None:
                 return value
         return None
@@ -76,8 +74,7 @@ class XMLParser(Parser):
         """Mean over assistant messages of the share of fields present as well-formed tags."""
 
         def format_reward(completion: Messages | str) -> float:
-            texts = [completion] if isinstance(completion, str) else [
-                _content_text(m) for m in self.get_assistant_messages(completion)]
+            texts = self.assistant_texts(completion)
             if not texts:
                 return 0.0
             scores = []

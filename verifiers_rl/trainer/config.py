@@ -318,11 +318,11 @@ class RLConfig(TrainingArguments):
         if (self.easy_threshold is not None and self.hard_threshold is not None
                 and self.hard_threshold >= self.easy_threshold):
             fail(f"hard_threshold={self.hard_threshold} must be < easy_threshold={self.easy_threshold}")
-        from verifiers_rl.inference.weight_transfer import TRANSFERS, check_transfer, vllm_importable
+        from verifiers_rl.inference.weight_transfer import NATIVE, TRANSFERS, check_transfer, vllm_importable
 
         if self.vllm_weight_transfer not in TRANSFERS:
             fail(f"vllm_weight_transfer={self.vllm_weight_transfer!r} is not one of {', '.join(TRANSFERS)}")
-        if self.vllm_weight_transfer in ("nccl", "gloo"):
+        if self.vllm_weight_transfer in NATIVE:  # auto and disk work anywhere; probe CUDA and vllm only for these
             import torch
 
             problem = check_transfer(self.vllm_weight_transfer, use_lora=self.use_lora,

@@ -362,9 +362,10 @@ class RLTrainer(Trainer):
         """Stop what this trainer started: the orchestrator's thread and, with the vLLM backend, the server it
         launched (servers given by URL are left running). Also done at interpreter exit and on SIGTERM."""
         self.orchestrator.close()
-        self.weight_sync.close()
         if getattr(self, "vllm", None) is not None:
-            self.vllm.close()
+            self.vllm.close()  # its weight sync, then the servers
+        else:
+            self.weight_sync.close()
 
     # --- checkpoints ----------------------------------------------------------------------------------
     def _load_rl_state(self, checkpoint: str | bool) -> None:

@@ -14,7 +14,7 @@ rank 0 (the trainer).
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch.distributed as dist
 from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo
@@ -83,7 +83,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("gloo weight transfer not initialized: call /init_weight_transfer_engine first")
-        info = {"names": update_info.names, "dtype_names": update_info.dtype_names, "shapes": update_info.shapes}
+        info = asdict(update_info)
         buffers = empty_buffers(info)
         opts = dist.BroadcastOptions()
         opts.rootRank = 0
