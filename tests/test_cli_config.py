@@ -311,8 +311,8 @@ def test_gpu_assignment_and_backend_choice():
 
 
 def test_one_gpu_is_shared_by_the_server_and_the_trainer(tmp_path):
-    from verifiers_rl.inference.vllm_server import VLLMServer
-    from verifiers_rl.launch import build_processes, vllm_server_config
+    from verifiers_rl.inference.vllm_server import VLLMServer, VLLMServerConfig
+    from verifiers_rl.launch import build_processes
 
     # (GPU counts are given to the planner: no GPU is needed or touched)
     p = plan({**BASE}, 1)  # the defaults: inference.gpus = trainer.gpus = 1
@@ -323,13 +323,11 @@ def test_one_gpu_is_shared_by_the_server_and_the_trainer(tmp_path):
     assert plan({**BASE, "inference": {"colocate": True}}, 2).trainer_gpus == [0]
     assert err(plan, {**BASE, "inference": {"colocate": True}, "trainer": {"gpus": 2}}, 2).startswith(
         "inference.colocate: server and trainer share one GPU")
-    cfg = validate_run_config({**BASE, "inference": {"gpu_memory_utilization": 0.4}})
-    [trainer] = build_processes(cfg, p, tmp_path / "rl.toml")
+    [trainer] = build_processes(p, tmp_path / "rl.toml")
     assert trainer.env["CUDA_VISIBLE_DEVICES"] == "0"
-    # as written at launch: the trainer's server shares GPU 0 and is capped
-    launched = validate_run_config({**BASE, "inference": {"backend": "vllm", "gpus": [0], "colocate": True,
-                                                          "gpu_memory_utilization": 0.4}})
-    sc = vllm_server_config(launched, tmp_path)
+    # the plan's server settings: the trainer's server shares GPU 0 and is capped
+    p = plan({**BASE, "inference": {"gpu_memory_utilization": 0.4}}, 1)
+    sc = VLLMServerConfig(**p.server)
     sc.model = "/m"
     server = VLLMServer(sc, python="/py")
     assert server.layout.colocated and server.env()["CUDA_VISIBLE_DEVICES"] == "0"
@@ -340,24 +338,23 @@ def test_one_gpu_is_shared_by_the_server_and_the_trainer(tmp_path):
 
 
 def test_trainer_process_and_vllm_server_config(tmp_path):
-    from verifiers_rl.launch import build_processes, vllm_server_config
+    from verifiers_rl.launch import build_processes, plan_launch
 
-    cfg = validate_run_config({**BASE, "inference": {"gpus": 2, "args": {"enforce_eager": True}},
-                               "trainer": {"gpus": 2}})
     p = plan({**BASE, "inference": {"gpus": 2}, "trainer": {"gpus": 2}}, 4)
-    [trainer] = build_processes(cfg, p, tmp_path / "rl.toml")
+    [trainer] = build_processes(p, tmp_path / "rl.toml")
     assert trainer.cmd[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "2"]
     assert trainer.cmd[-3:] == ["verifiers_rl.launch", "worker", str(tmp_path / "rl.toml")]
     assert trainer.env["CUDA_VISIBLE_DEVICES"] == "2,3"
-    [cpu] = build_processes(cfg, plan(BASE, 0), tmp_path / "rl.toml")
+    [cpu] = build_processes(plan(BASE, 0), tmp_path / "rl.toml")
     assert cpu.cmd[1:] == ["-m", "verifiers_rl.launch", "worker", str(tmp_path / "rl.toml")]
     assert "CUDA_VISIBLE_DEVICES" not in cpu.env
-    # at launch the server's GPUs are written as device ids: the trainer's server gets them
-    launched = validate_run_config({**BASE, "inference": {"backend": "vllm", "gpus": [0, 1], "port": 8123,
-                                                          "args": {"enforce_eager": True}}})
-    sc = vllm_server_config(launched, tmp_path)
-    assert sc.env == {"CUDA_VISIBLE_DEVICES": "0,1"} and sc.args == {"enforce_eager": True, "data_parallel_size": 2}
-    assert sc.port == 8123 and sc.log_path == str(tmp_path / "logs" / "inference.log") and sc.colocate is False
+    # the plan's server settings: its GPUs as device ids (the trainer process sees the others)
+    cfg = validate_run_config({**BASE, "inference": {"backend": "vllm", "gpus": 2, "port": 8123,
+                                                     "args": {"enforce_eager": True}}, "trainer": {"gpus": 2}})
+    sc = plan_launch(cfg, 4, lambda: True, output_dir=tmp_path).server
+    assert sc["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"} and sc["args"] == {"enforce_eager": True,
+                                                                         "data_parallel_size": 2}
+    assert sc["port"] == 8123 and sc["log_path"] == str(tmp_path / "logs" / "inference.log") and not sc["colocate"]
 
 
 # --- hosted format ---------------------------------------------------------------------------------------------------
@@ -906,8 +903,8 @@ def test_committed_docs_are_current():
 
 
 def test_launch_files_keep_secrets_out(tmp_path, monkeypatch):
-    """prepare_launch writes configs/rl.toml, configs/launch.json and run.json: env_file values go to the
-    environment of the processes only."""
+    """prepare_launch writes configs/rl.toml, configs/plan.json, configs/launch.json and run.json: env_file values
+    go to the environment of the processes only."""
     import os
 
     from verifiers_rl.launch import build_processes, prepare_launch
@@ -921,13 +918,13 @@ def test_launch_files_keep_secrets_out(tmp_path, monkeypatch):
     config_path = prepare_launch(run, p, {"argv": ["@", "hosted.toml"]}, detached=False)
     assert os.environ["WANDB_API_KEY"] == "s3cr3t-wandb-value" and os.environ["CUSTOM_API_KEY"] == "s3cr3t-custom-value"
     written = [f for f in (tmp_path / "out").rglob("*") if f.is_file()]
-    assert {f.name for f in written} == {"rl.toml", "launch.json", "run.json"}
+    assert {f.name for f in written} == {"rl.toml", "plan.json", "launch.json", "run.json"}
     assert not any("s3cr3t" in f.read_text() for f in written)
     rec = read_run(tmp_path / "out")
-    assert rec["status"] == "starting" and rec["hosted_format"] and rec["config"]["inference"]["backend"] == "local"
+    assert rec["status"] == "starting" and rec["hosted_format"] and rec["plan"]["inference"]["backend"] == "local"
     assert tomllib.loads(config_path.read_text())["env_file"] == [str((tmp_path / "secrets.env").resolve()),
                                                                    str((tmp_path / "api-keys.env").resolve())]
-    assert build_processes(run.cfg, p, config_path)[0].cmd[-1] == str(config_path)
+    assert build_processes(p, config_path)[0].cmd[-1] == str(config_path)
 
 
 def test_plan_follows_trainer_args_when_inference_is_auto():

@@ -177,6 +177,7 @@ def test_plot_writes_a_png(tmp_path, tiny_model_dir):
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(),
                            make_config(tmp_path / "out", max_steps=2, eval_steps=1))
     trainer.train()
+    trainer.wait_for_plot()  # drawn in the background once train() returns
     png = tmp_path / "out" / "metrics.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     from verifiers_rl.plots import plot_run
@@ -192,7 +193,7 @@ def test_plot_writes_a_png(tmp_path, tiny_model_dir):
 def test_local_async_generates_ahead_on_a_synced_copy(tmp_path, tiny_model_dir):
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(),
                            make_config(tmp_path / "out", max_steps=3, local_async=True, max_async_level=1))
-    served = trainer.engine.model
+    served = trainer.inference.engine.model
     assert served is not trainer.model
     trainer.train()
     # after the last optimizer step the served copy holds the trained weights

@@ -209,13 +209,12 @@ def test_model_generation_config_defaults_do_not_leak(tiny_model_dir, capfd):
 
 def test_concurrent_requests_are_batched(engine):
     calls = []
-    original = engine.model.generate
 
-    def counting_generate(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape[0])
-        return original(*args, **kwargs)
+    def count_prefills(module, args, kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # the prompt forward (decode steps feed one token per row)
+            calls.append(kwargs["input_ids"].shape[0])
 
-    engine.model.generate = counting_generate
+    hook = engine.model.register_forward_pre_hook(count_prefills, with_kwargs=True)
     try:
         prompts = [[{"role": "user", "content": f"request {i}: " + "x" * i}] for i in range(16)]
 
@@ -226,7 +225,7 @@ def test_concurrent_requests_are_batched(engine):
 
         results = run(main())
     finally:
-        del engine.model.generate
+        hook.remove()
     assert len(calls) == 1 and calls[0] == 16
     for m, r in zip(prompts, results):
         # each caller gets the completion of its own prompt (left padding doesn't leak across rows)

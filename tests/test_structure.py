@@ -90,3 +90,53 @@ def test_no_import_cycles_between_modules_or_subpackages():
             continue
         subs[sub(a)] |= {sub(b) for b in targets if sub(b) != sub(a)}
     assert not _cycles(subs)
+
+
+# --- one decision in one place: the plan ------------------------------------------------------------------------------
+# The settings that choose the inference backend, the weight transfer and the process / GPU layout. The config layer
+# defines, validates, documents and translates them; only `verifiers_rl.plan` decides with them.
+RL_SETTINGS = {"inference_backend", "vllm_server_urls", "vllm_server_host", "vllm_server_port",
+               "vllm_weight_transfer", "vllm_weight_transfer_host", "local_async"}
+SECTION_SETTINGS = {"backend", "urls", "gpus", "colocate"}  # of [inference] / [trainer]
+ALLOWED = ("verifiers_rl.plan", "verifiers_rl.config", "verifiers_rl.trainer.config")
+
+
+def _is_section(node: ast.AST, aliases: set[str]) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr in ("inference", "trainer")) or \
+        (isinstance(node, ast.Name) and node.id in aliases)
+
+
+def _setting_reads(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, setting) for each read of a deciding setting: `x.inference_backend`, `args["local_async"]`,
+    `targs.get("vllm_server_urls")`, `cfg.inference.gpus`, and `inf.gpus` after `inf = cfg.inference`."""
+    aliases = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and _is_section(n.value, set())
+               for t in n.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            if node.attr in RL_SETTINGS or (node.attr in SECTION_SETTINGS and _is_section(node.value, aliases)):
+                found.append((node.lineno, node.attr))
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            key = node.args[0].value
+        if key in RL_SETTINGS:
+            found.append((node.lineno, str(key)))
+    return found
+
+
+def test_only_the_plan_reads_the_settings_that_decide_where_things_run():
+    offenders = [f"{name}:{line} reads {key}" for name, tree in _modules().items()
+                 if not name.startswith(ALLOWED) for line, key in _setting_reads(tree)]
+    assert not offenders, "decide it in verifiers_rl/plan: " + "; ".join(offenders)
+
+
+def test_the_setting_check_sees_reads():
+    """The check above can fail: it finds each form of read."""
+    code = ("def f(args, cfg, targs):\n    inf = cfg.inference\n    a = args.inference_backend\n"
+            "    b = targs.get('local_async')\n    c = cfg.trainer.gpus\n    d = inf.colocate\n"
+            "    e = targs['vllm_server_urls']\n    g = self.gpus\n")
+    assert [k for _, k in _setting_reads(ast.parse(code))] == [
+        "inference_backend", "local_async", "gpus", "colocate", "vllm_server_urls"]

@@ -109,11 +109,7 @@ def test_split_layout_inference_gpus_first_trainer_after():
     assert cmd[cmd.index("--data-parallel-size") + 1] == "2"
     assert "--gpu-memory-utilization" not in cmd
     assert build_env(cfg, sys.executable, layout, base={})["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert layout.trainer_env() == {"CUDA_VISIBLE_DEVICES": "2,3"}
-    assert layout.trainer_launcher(["train.py"]) == ["accelerate", "launch", "--num_processes", "2", "train.py"]
-    assert plan_gpus(1, 1, available=2).trainer_launcher(["t.py"]) == ["t.py"]
-    assert plan_gpus(1, 1, available=2).trainer_launcher(["t.py"], "zero3.yaml")[-3:] == [
-        "--config_file", "zero3.yaml", "t.py"]
+    assert layout.trainer == (2, 3)
     # explicit device lists
     layout = plan_gpus([2, 3], [0, 1])
     assert layout.inference_env() == {"CUDA_VISIBLE_DEVICES": "2,3"} and layout.data_parallel_size == 2
@@ -131,7 +127,7 @@ def test_colocated_single_gpu_shares_it_through_gpu_memory_utilization():
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.3"
     assert "--data-parallel-size" not in cmd
     assert build_env(cfg, "py", layout, base={})["CUDA_VISIBLE_DEVICES"] == "0"
-    assert layout.trainer_env() == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert layout.trainer == (0,)
     cfg = VLLMServerConfig(model="/m", gpus=[3], colocate=True, gpu_memory_utilization=0.45)
     layout = cfg.layout(available=4)
     cmd = build_command(cfg, "py", 9000, layout)
@@ -164,7 +160,7 @@ def test_native_weight_transfer_flags_and_worker_path():
 
 
 def test_weight_transfer_choice():
-    from verifiers_rl.inference.weight_transfer import check_transfer, resolve_transfer
+    from verifiers_rl.plan.transfer import check_transfer, resolve_transfer
 
     def pick(choice="auto", lora=False, cuda=True, vllm=True, urls=(), host=None):
         return resolve_transfer(choice, use_lora=lora, cuda=cuda, vllm_in_trainer=vllm, urls=list(urls),
@@ -507,12 +503,12 @@ def test_rl_trainer_through_vllm_with_lora_sync_and_its_checkpoint_loads(server,
     args = make_config(out, vllm_server_urls=[server.url], save_steps=3, max_async_level=1)
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), args)
     try:
-        assert trainer.backend == "vllm" and not trainer.orchestrator.inline
+        assert trainer.plan.backend == "vllm" and not trainer.orchestrator.inline
         trainer.train()
         # every optimizer step was synced (plus the initial sync at version 0), and the server has the last one
-        assert [h["version"] for h in trainer.weight_sync.history] == [0, 1, 2, 3]
-        client = trainer.vllm.client
-        assert max_diff(trainer.model.eval(), client, trainer.weight_sync.model_name()) < 1e-4
+        assert [h["version"] for h in trainer.inference.weight_sync.history] == [0, 1, 2, 3]
+        client = trainer.inference.client
+        assert max_diff(trainer.model.eval(), client, trainer.inference.weight_sync.model_name()) < 1e-4
     finally:
         trainer.close()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -533,7 +529,7 @@ def test_rl_trainer_through_vllm_with_lora_sync_and_its_checkpoint_loads(server,
                                                                         max_steps=4, save_steps=100))
     try:
         trainer.train(resume_from_checkpoint=str(ckpt))
-        assert [h["version"] for h in trainer.weight_sync.history] == [0, 3, 4]
+        assert [h["version"] for h in trainer.inference.weight_sync.history] == [0, 3, 4]
     finally:
         trainer.close()
     resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -552,7 +548,7 @@ from verifiers_rl.inference.vllm_server import VLLMServerConfig
 class Announce(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if state.global_step == 1:
-            open({pid_file!r}, "w").write(str(trainer.vllm.servers[0].pid))
+            open({pid_file!r}, "w").write(str(trainer.inference.servers[0].pid))
         time.sleep(0.3)
 
 args = T.make_config({out!r}, max_steps=200)
@@ -618,13 +614,13 @@ def test_two_servers_both_get_requests_and_every_sync(server, tiny_model_dir, tm
         trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), args)
         try:
             trainer.train()
-            client = trainer.vllm.client
+            client = trainer.inference.client
             assert all(n > 0 for n in client.requests), client.requests
             # both serve the trained adapter: the same logprobs as the trainer's model, on each server
             model = trainer.model.eval()
             for root in client.roots:
                 one = VLLMClient([root])
-                assert max_diff(model, one, trainer.weight_sync.model_name()) < 1e-4
+                assert max_diff(model, one, trainer.inference.weight_sync.model_name()) < 1e-4
         finally:
             trainer.close()
         sync_dir = str((out / ".vllm-sync").resolve())
@@ -752,12 +748,12 @@ def test_full_fine_tuning_through_vllm_with_native_weight_transfer(server, hf_mo
                        learning_rate=1e-3)
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), args)
     try:
-        assert type(trainer.weight_sync).__name__ == "NativeWeightTransfer"
+        assert type(trainer.inference.weight_sync).__name__ == "NativeWeightTransfer"
         trainer.train()
-        assert [h["version"] for h in trainer.weight_sync.history] == [0, 1, 2]
+        assert [h["version"] for h in trainer.inference.weight_sync.history] == [0, 1, 2]
         assert httpx.get(server.url + "/weight_info").json()["weight_version"] == "2"
         model = trainer.model.eval()
-        assert max_diff(model, trainer.vllm.client, server.served_model_name) < 1e-4
+        assert max_diff(model, trainer.inference.client, server.served_model_name) < 1e-4
         assert any((a - b).abs().max() > 0 for a, b in zip(model.parameters(), hf_model.parameters()))
     finally:
         trainer.close()

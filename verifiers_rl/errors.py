@@ -62,3 +62,17 @@ class ModelServerError(RuntimeError):
 
 class VLLMLaunchError(ModelServerError):
     """The vLLM server could not be started (bad settings, missing vLLM, crash during start-up, timeout)."""
+
+
+class TrainingStalledError(RuntimeError):
+    """Several steps in a row trained nothing (every rollout dropped or errored); the message names the cause and
+    the setting to change. Ends a vf-rl run with that one line."""
+
+
+class ConfigError(ValueError):
+    """A config mistake: its message is one line naming the key and the fix."""
+
+
+class NetworkError(RuntimeError):
+    """The model hub or a server could not be reached; the message names what and what to do instead (a local path,
+    HF_HUB_OFFLINE=1, dataset_source=offline). Ends a vf-rl / vf-eval / vf-sft run with that one line."""

@@ -31,7 +31,7 @@ def completion_length(state: dict[str, Any]) -> int:
 
 def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
     """Flat statistics of scored rollouts: reward mean/std, every rubric metric's mean, errors,
-    truncation rate, turns and completion length."""
+    truncation rate, turns, completion length, and how many turns train stitched vs as samples of their own."""
     rewards = [float(s.get("reward") or 0.0) for s in states]
     out: dict[str, float] = {"reward/mean": _mean(rewards), "reward/std": _std(rewards), "num_rollouts": len(states)}
     names: list[str] = []
@@ -44,6 +44,11 @@ def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
     out["is_truncated/mean"] = _mean([float(bool(s.get("is_truncated"))) for s in states])
     out["num_turns/mean"] = _mean([float(len(s.get("trajectory") or [])) for s in states])
     out["seq_len/completion_mean"] = _mean([float(completion_length(s)) for s in states])
+    from verifiers_rl.envs.turn_tokens import turn_split
+
+    split = [turn_split(s) for s in states]  # multi-turn: prefix-matched turns form one sample, the rest one each
+    out["turns/stitched"] = float(sum(a for a, _ in split))
+    out["turns/separate"] = float(sum(b for _, b in split))
     return out
 
 

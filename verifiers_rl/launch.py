@@ -1,9 +1,10 @@
 """What `vf-rl @ config.toml` launches, and the processes it runs (the pieces live in verifiers_rl.launching).
 
-- `plan_launch(run, gpu_count)` (launching/planning.py): the hardware check (no GPU: CPU + local engine; fewer GPUs
-  than asked: one-line error) and the processes: a vLLM server when one is needed (`logs/inference.log`), then the
-  trainer (`python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml`, or `accelerate launch` for
-  trainer.gpus > 1). `prepare_launch` (launching/prepare.py) writes configs/rl.toml, configs/launch.json, run.json.
+- `plan_launch(cfg, gpu_count())` (verifiers_rl/plan/launch.py): the run against this machine, decided once (no GPU:
+  CPU + local engine; fewer GPUs than asked: one-line error): inference, weight transfer, GPUs, the training
+  processes and their launcher, the vLLM server's settings. `build_processes` (launching/planning.py) turns it into
+  the trainer process (`python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml`); `prepare_launch`
+  (launching/prepare.py) writes configs/rl.toml, configs/plan.json, configs/launch.json, run.json.
 - `supervise(output_dir)` (launching/supervisor.py): starts them, tees the trainer's output to the console and
   `logs/trainer.log`, keeps `run.json` current, and on Ctrl-C / SIGTERM stops every child (SIGTERM to each child's
   process group, SIGKILL after 8 s).
@@ -14,48 +15,50 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.launching.pipeline import run
-from verifiers_rl.launching.planning import (
-    LaunchPlan,
-    Process,
-    build_processes,
-    gpu_count,
-    plan_launch,
-    vllm_available,
-    vllm_server_config,
-)
+from verifiers_rl.launching.planning import Process, build_processes
 from verifiers_rl.launching.prepare import LAUNCH_FILE, apply_process_settings, prepare_launch
 from verifiers_rl.launching.stats import paired_gain
 from verifiers_rl.launching.supervisor import STOP_GRACE_S, start_detached, supervise
+from verifiers_rl.plan.hardware import gpu_count
+from verifiers_rl.plan.launch import PLAN_FILE, RunPlan, plan_launch, read_plan
 
 __all__ = [
-    "LAUNCH_FILE", "STOP_GRACE_S", "LaunchPlan", "Process", "apply_process_settings", "build_processes", "gpu_count",
-    "main", "paired_gain", "plan_launch", "prepare_launch", "run", "start_detached", "supervise", "vllm_available",
-    "vllm_server_config", "worker_main",
+    "LAUNCH_FILE", "PLAN_FILE", "STOP_GRACE_S", "Process", "RunPlan", "apply_process_settings", "build_processes",
+    "gpu_count", "main", "paired_gain", "plan_launch", "prepare_launch", "run", "start_detached", "supervise",
+    "worker_main",
 ]
 
 
 def worker_main(config_path: str) -> int:
-    """The trainer process: `python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml`."""
+    """The trainer process: `python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml`, on the plan written
+    beside it (configs/plan.json)."""
     from rich.console import Console
 
     from verifiers_rl.config.schema import load_run
 
     try:
         resolved, _ = load_run(["@", config_path])
+        plan = read_plan(Path(config_path).parent / PLAN_FILE)
         apply_process_settings(resolved.cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from verifiers_rl.envs.loading import EnvironmentLoadError
-    from verifiers_rl.errors import ModelServerError
+    from verifiers_rl.cli.common import debug
+    from verifiers_rl.errors import ModelServerError, NetworkError, TrainingStalledError
 
     try:
-        run(resolved.cfg, resolved.rl_kwargs, Console())
-    except (ModelServerError, EnvironmentLoadError) as e:  # its message says why (and where a server's log is)
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        run(resolved.cfg, resolved.rl_kwargs, Console(), plan)
+    except (ModelServerError, EnvironmentLoadError, TrainingStalledError, NetworkError) as e:
+        if debug():  # vf-rl --debug / VF_DEBUG=1
+            import traceback
+
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr, flush=True)  # its message says why (and where a server's log is)
         return 1
     return 0
 

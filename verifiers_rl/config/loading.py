@@ -18,13 +18,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config mistake: its message is one line naming the key and the fix."""
+from verifiers_rl.errors import ConfigError  # noqa: F401  (defined with the other errors; re-exported)
 
 
 # Options of the command itself, not config keys.
-RUN_OPTIONS = ("dry-run", "output-dir", "detach")
+RUN_OPTIONS = ("dry-run", "output-dir", "detach", "allow-cpu")
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

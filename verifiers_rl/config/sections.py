@@ -78,7 +78,11 @@ class InferenceSection(Section):
 
 class TrainerSection(Section):
     gpus: int | list[int] = Field(1, description="GPUs for training: a count (after the inference GPUs) or device "
-                                  "ids; > 1 runs `accelerate launch`")
+                                  "ids; > 1 starts one training process per GPU with torchrun")
+    processes: int | None = Field(None, ge=1, description="training processes on a machine without GPUs (torchrun, "
+                                  "gloo): each generates its share of a step's groups; with GPUs, one per "
+                                  "trainer GPU (set it only to the same number). Sharding: trainer.args fsdp / "
+                                  "fsdp_config (docs/multi-node.md)")
     args: dict[str, Any] = Field(default_factory=dict, description="RLConfig fields (see the table below)")
 
 

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, EnvSection, RunConfig, _close, one_line
 from verifiers_rl.config.trainer_args import check_trainer_args, rl_field_info
+from verifiers_rl.plan.gpus import gpu_ids
 
 
 def _normalize_sections(raw: dict[str, Any]) -> dict[str, Any]:
@@ -62,16 +63,6 @@ def validate_run_config(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError("model: required key is missing (a model dir, hub id or PEFT adapter dir)")
     _cross_checks(cfg)
     return cfg
-
-
-def gpu_ids(spec: int | list[int], key: str) -> int:
-    if isinstance(spec, list):
-        if any(g < 0 for g in spec) or len(set(spec)) != len(spec):
-            raise ConfigError(f"{key}: {spec} must be distinct device ids >= 0")
-        return len(spec)
-    if spec < 0:
-        raise ConfigError(f"{key}: {spec} must be >= 0")
-    return spec
 
 
 def _cross_checks(cfg: RunConfig) -> None:

@@ -1,16 +1,28 @@
-"""Load an environment by id: `owner/name` or `name` → module `name` with '-' → '_'.
+"""Load an environment by id. Which module an id loads, in this order (docs/environments.md):
 
-Looks for an importable module first (an installed environment package), then for
-`environments/<name>/` in the current workspace and in this repository.
+- a path to a folder (`./environments/my_env`, `/abs/path/my_env`): that folder's `my_env.py`;
+- `verifiers-rl/<name>`: the example shipped with this package (`verifiers_rl.examples.<name>`), nothing else:
+  the bundled configs name their environments this way, so an installed community module cannot take their place;
+- `owner/name` or `name` (`-` → `_`): an installed module `name` first (an environment package installed with
+  vf-install, pip or prime), then `environments/<name>/` in the current directory, then the shipped example.
+
+When the module loaded hides another of the same name, one line on stderr says which file was loaded and the id
+that loads the other.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+EXAMPLES_OWNER = "verifiers-rl"
+EXAMPLES_PACKAGE = "verifiers_rl.examples"
 
 
 class EnvironmentNotFound(ValueError):
@@ -30,28 +42,108 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
 
 
-def _search_dirs() -> list[Path]:
-    dirs = [Path.cwd() / "environments", Path(__file__).resolve().parents[2] / "environments"]
-    seen, out = set(), []
-    for d in dirs:
-        if d.is_dir() and d.resolve() not in seen:
-            seen.add(d.resolve())
-            out.append(d)
-    return out
+@dataclass
+class EnvSource:
+    kind: str                 # "installed", "folder" or "example"
+    module: str               # the name it is imported as
+    file: Path | None         # its source file (None: not known before import)
+    pkg_dir: Path | None      # the folder holding it and its pyproject.toml (folders and examples)
+    id: str                   # the id that loads exactly this one
 
-
-def available_environments() -> list[str]:
-    """Names of the environments found in the workspace's `environments/` folders."""
-    names = set()
-    for d in _search_dirs():
-        for sub in d.iterdir():
-            if sub.is_dir() and (sub / f"{sub.name}.py").exists():
-                names.add(sub.name.replace("_", "-"))
-    return sorted(names)
+    def describe(self) -> str:
+        what = {"installed": "installed module", "folder": "folder", "example": "example shipped with verifiers-rl"}
+        return f"{self.file or self.module} ({what[self.kind]})"
 
 
 def module_name_for(env_id: str) -> str:
-    return env_id.strip().split("/")[-1].replace("-", "_")
+    return env_id.strip().rstrip("/").split("/")[-1].replace("-", "_")
+
+
+def _example_dirs() -> dict[str, Path]:
+    from verifiers_rl.examples import example_dirs
+
+    return example_dirs()
+
+
+def available_environments() -> list[str]:
+    """Ids of the environments found without installing anything: `environments/<name>/` here and the examples."""
+    names = set(n.replace("_", "-") for n in _example_dirs())
+    d = Path.cwd() / "environments"
+    if d.is_dir():
+        names |= {s.name.replace("_", "-") for s in d.iterdir() if _folder_file(s, s.name) is not None}
+    return sorted(names)
+
+
+def _folder_file(folder: Path, name: str) -> Path | None:
+    for f in (folder / f"{name}.py", folder / name / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _folder_source(folder: Path, name: str, env_id: str) -> EnvSource | None:
+    f = _folder_file(folder, name)
+    return None if f is None else EnvSource("folder", name, f, folder, env_id)
+
+
+def _example_source(name: str) -> EnvSource | None:
+    d = _example_dirs().get(name)
+    if d is None:
+        return None
+    return EnvSource("example", f"{EXAMPLES_PACKAGE}.{name}", d / f"{name}.py", d,
+                     f"{EXAMPLES_OWNER}/{name.replace('_', '-')}")
+
+
+def _importable_source(name: str) -> EnvSource | None:
+    """An importable module `name` (installed, or already imported): where it is, without importing it."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        origin = getattr(mod, "__file__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or spec.origin in (None, "namespace", "built-in", "frozen"):
+            return None  # a bare folder of that name on sys.path is not an environment module
+        origin = spec.origin
+    return EnvSource("installed", name, Path(origin) if origin else None, None, name.replace("_", "-"))
+
+
+def _same_file(a: EnvSource, b: EnvSource) -> bool:
+    if a.file is None or b.file is None:
+        return False
+    try:
+        return a.file.resolve() == b.file.resolve() or a.file.read_bytes() == b.file.read_bytes()
+    except OSError:
+        return False
+
+
+def find_environment(env_id: str) -> tuple[EnvSource | None, list[EnvSource]]:
+    """(the source this id loads, the other sources of the same name it hides), in the module docstring's order."""
+    name = module_name_for(env_id)
+    if not name.isidentifier():
+        raise EnvironmentNotFound(f"environment id {env_id!r} is not a valid name")
+    raw = env_id.strip()
+    if raw.startswith((".", "/", "~")) or os.sep in raw and Path(raw).expanduser().is_dir():
+        path = Path(raw).expanduser()
+        src = _folder_source(path, name, raw) if path.is_dir() else None
+        if src is None:
+            raise EnvironmentNotFound(f"environment {env_id!r}: {path} has no {name}.py (a folder id names the "
+                                      f"folder holding <name>.py)")
+        return src, []
+    if "/" in raw and raw.split("/")[0].lower() == EXAMPLES_OWNER:
+        return _example_source(name), []
+    candidates = [_importable_source(name),
+                  _folder_source(Path.cwd() / "environments" / name, name, f"./environments/{name}"),
+                  _example_source(name)]
+    found = [c for c in candidates if c is not None]
+    if found and found[0].kind == "installed" and len(found) > 1 and _same_file(found[0], found[1]):
+        found.pop(0)  # the folder itself, already on sys.path from an earlier load: it is the folder
+    if not found:
+        return None, []
+    chosen = found[0]
+    return chosen, [c for c in found[1:] if not _same_file(c, chosen)]
 
 
 def environment_requirements(module_name: str, pkg_dir: Path | None = None) -> list[str]:
@@ -81,41 +173,67 @@ def _activate_runtime(module_name: str, pkg_dir: Path | None) -> None:
     from verifiers_rl import verifiers_runtime
 
     try:
-        runtime = verifiers_runtime.activate(env_requirements=environment_requirements(module_name, pkg_dir))
+        verifiers_runtime.activate(env_requirements=environment_requirements(module_name, pkg_dir))
     except verifiers_runtime.RuntimeSettingError as e:
         raise EnvironmentNotFound(str(e)) from None
 
 
+_noted: set[str] = set()
+
+
+def _note_shadowed(env_id: str, chosen: EnvSource, hidden: list[EnvSource]) -> None:
+    """One line, once per id and process: which file was loaded and how to load the one it hides."""
+    if not hidden or env_id in _noted:
+        return
+    _noted.add(env_id)
+    others = "; ".join(f"{h.describe()}: use id {h.id!r}" for h in hidden)
+    print(f"environment {env_id!r}: loaded {chosen.describe()}; not loaded, same name: {others}", file=sys.stderr)
+
+
+def _not_found(env_id: str) -> EnvironmentNotFound:
+    name = module_name_for(env_id)
+    avail = available_environments()
+    if env_id.split("/")[0].lower() == EXAMPLES_OWNER and "/" in env_id:
+        return EnvironmentNotFound(
+            f"environment {env_id!r} not found: verifiers-rl ships no example {name!r}. Examples: "
+            f"{', '.join(EXAMPLES_OWNER + '/' + n.replace('_', '-') for n in _example_dirs()) or '(none)'}")
+    return EnvironmentNotFound(
+        f"environment {env_id!r} not found: no module {name!r} is installed, no environments/{name}/ exists here "
+        f"and no example of that name ships with verifiers-rl. Available: {', '.join(avail) if avail else '(none)'}")
+
+
 def _import_env_module(env_id: str) -> Any:
-    module_name = module_name_for(env_id)
-    if not module_name.isidentifier():
-        raise EnvironmentNotFound(f"environment id {env_id!r} is not a valid name")
-    found_dir = None
-    for d in _search_dirs():
-        pkg_dir = d / module_name
-        if (pkg_dir / f"{module_name}.py").exists() or (pkg_dir / module_name / "__init__.py").exists():
-            if str(pkg_dir) not in sys.path:
-                sys.path.insert(0, str(pkg_dir))
-            found_dir = pkg_dir
-            break
-    if module_name not in sys.modules:
-        _activate_runtime(module_name, found_dir)
+    src, hidden = find_environment(env_id)
+    if src is None:
+        raise _not_found(env_id)
+    if src.kind == "folder":
+        loaded = sys.modules.get(src.module)
+        loaded_file = getattr(loaded, "__file__", None)
+        if loaded is not None and (not loaded_file or Path(loaded_file).resolve() != src.file.resolve()):
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: another module {src.module!r} ({loaded_file}) is already loaded in this "
+                f"process; load {src.file} in a new process (or rename its folder and module)")
+        if str(src.pkg_dir) not in sys.path:
+            sys.path.insert(0, str(src.pkg_dir))
+    if src.module not in sys.modules:
+        _activate_runtime(src.module.split(".")[-1], src.pkg_dir)
     try:
-        return importlib.import_module(module_name)
+        module = importlib.import_module(src.module)
     except ModuleNotFoundError as e:
-        if e.name != module_name:
-            where = found_dir if found_dir is not None else module_name
+        if e.name not in (src.module, src.module.split(".")[-1]):
+            where = src.pkg_dir if src.pkg_dir is not None else src.module
             raise EnvironmentLoadError(
                 f"environment {env_id!r} needs the module {e.name!r}, which is not installed: install the "
                 f"environment's requirements (`uv run vf-install {where}`)") from e
+        raise _not_found(env_id) from None
     except (EnvironmentNotFound, EnvironmentArgsError):
         raise
     except Exception as e:
         raise EnvironmentLoadError(f"importing environment {env_id!r} failed: {first_line(e)}") from e
-    avail = available_environments()
-    raise EnvironmentNotFound(
-        f"environment {env_id!r} not found: no module {module_name!r} is installed and no "
-        f"environments/{module_name}/ exists here. Available: {', '.join(avail) if avail else '(none)'}")
+    if src.file is None and getattr(module, "__file__", None):
+        src.file = Path(module.__file__)
+    _note_shadowed(env_id, src, hidden)
+    return module
 
 
 def load_environment(env_id: str, **env_args: Any) -> Any:
@@ -135,7 +253,7 @@ def load_environment(env_id: str, **env_args: Any) -> Any:
                 f"environment {env_id!r} does not take argument(s) {', '.join(hints)}; it accepts: "
                 f"{', '.join(params) or '(none)'}")
     env = loader(**env_args)
-    env.env_id = env_id.split("/")[-1]
+    env.env_id = env_id.strip().rstrip("/").split("/")[-1]
     from verifiers_rl import verifiers_runtime
 
     verifiers_runtime.announce()

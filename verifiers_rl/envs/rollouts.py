@@ -4,6 +4,8 @@ Same steps as verifiers' `run_group` (each row's `rollouts_per_example` rollouts
 group), plus what a training run needs: a crash inside environment code (not only a `vf.Error`) is recorded in
 that rollout's `state["error"]` and counted instead of ending the run; a dead inference server
 (`ModelServerError`) still ends it; each state carries `tokens` (its turns stitched, see `envs.turn_tokens`).
+An environment object of the real `verifiers` package runs through verifiers' own runtime instead
+(`envs.real_runtime`), with the same states coming back.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Awaitable, Callable
 
 from verifiers_rl.clients import Client
 from verifiers_rl.envs.generation import input_rows
+from verifiers_rl.envs.real_runtime import generate_states_real, is_real_env
 from verifiers_rl.errors import ModelServerError
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.types import State
@@ -48,6 +51,9 @@ async def generate_states(env: Any, rows: Any, client: Any, model: str, sampling
     `max_concurrent` bounds the rollouts in flight. `keep_empty` (for a raw client; a `vf.Client` decides
     itself): a reply with no text is kept as a sample instead of verifiers' `EmptyModelResponseError`."""
     rows = input_rows(rows)
+    if is_real_env(env):  # the installed verifiers package's environment: its own runtime (envs.real_runtime)
+        return await generate_states_real(env, rows, client, model, sampling_args, rollouts_per_example,
+                                          max_concurrent, score, on_group_done)
     if not isinstance(client, Client):
         from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
 

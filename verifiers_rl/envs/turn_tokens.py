@@ -32,6 +32,14 @@ def completion_token_count(state: dict[str, Any]) -> int:
     return sum(len(t.completion_ids) for t in map(step_tokens, state.get("trajectory") or []) if t is not None)
 
 
+def turn_split(state: dict[str, Any]) -> tuple[int, int]:
+    """(turns stitched into the rollout's one sample, turns trained as samples of their own): the batching
+    falls back to one sample per turn when `state["tokens"]` is None (see `rollout_tokens`)."""
+    if state.get("tokens") is not None:
+        return len(state.get("trajectory") or []), 0
+    return 0, sum(1 for t in map(step_tokens, state.get("trajectory") or []) if t is not None)
+
+
 def rollout_tokens(state: dict[str, Any]) -> dict[str, Any] | None:
     """Stitch a rollout's turns into one token sequence.
 

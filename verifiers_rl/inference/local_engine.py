@@ -81,6 +81,7 @@ class LocalEngine:
         max_batch_size: int = 256,
         batch_wait_s: float = 0.005,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_model_len: int | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
@@ -90,6 +91,8 @@ class LocalEngine:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.default_max_tokens = default_max_tokens
+        # like vLLM's --max-model-len: the context a request may fill; without max_tokens, a reply may use the rest
+        self.max_model_len = max_model_len
         self.client = LocalClient(self)
         self.generate_calls = 0  # how many model.generate calls ran (observability for tests/benchmarks)
         self._worker = BatchWorker(self)

@@ -177,7 +177,7 @@ def make_request(
     top_logprobs, seed, extra_body, other: dict,
 ) -> Request:
     """Validate a chat-completions call (checks in the order the engine has always made them) into a Request.
-    Reads the engine's `tokenizer`, `model` (context length) and `default_max_tokens`."""
+    Reads the engine's `tokenizer`, `model` (context length), `max_model_len` and `default_max_tokens`."""
     extra = dict(extra_body or {})
     if other.get("stream"):
         raise bad_request("the local engine does not stream; call create() without stream=True")
@@ -205,9 +205,12 @@ def make_request(
     tool_list = normalize_tools(tools)
     prompt_ids = encode(engine.tokenizer, msgs, tool_list, chat_kwargs)
     requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
-    max_new, min_tokens = _length_limits(
-        len(prompt_ids), context_length(engine.model), requested, engine.default_max_tokens, opt
-    )
+    ctx = context_length(engine.model)
+    cap = getattr(engine, "max_model_len", None)
+    if cap:
+        ctx = min(ctx, cap) if ctx else cap
+    default_max = engine.default_max_tokens if not cap else ctx  # clamped to the room left below
+    max_new, min_tokens = _length_limits(len(prompt_ids), ctx, requested, default_max, opt)
     return Request(
         prompt_ids=prompt_ids,
         dist=dist,

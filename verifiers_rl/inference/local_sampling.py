@@ -1,7 +1,7 @@
 """What one batched `model.generate` call of the local engine samples, and where each row stops.
 
 Pure tensor math over scores and token ids, testable without a model: `filter_scores` (temperature, top-k,
-top-p, min-p), `Sampler` (the logits processor that samples and records logprobs), `row_generators` (seeds),
+top-p, min-p), `Sampler` (samples and records logprobs; also usable as an HF logits processor), `row_generators` (seeds),
 `StopCriteria` (EOS, per-row max_tokens, stop strings) and `final_text` (the content a stop string leaves).
 The semantics are documented in `local_engine`'s docstring.
 
@@ -122,6 +122,14 @@ class Sampler(LogitsProcessor):
         self.eos_cols: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        choice = self.choose(input_ids, scores)
+        out = torch.full_like(scores, float("-inf"), dtype=torch.float32)
+        out.scatter_(1, choice[:, None], 0.0)
+        return out
+
+    def choose(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """The next token of every row [B] given the sequences so far and the last position's scores [B, V];
+        records the chosen logprobs (the decode loop calls this directly, `generate` through `__call__`)."""
         step = input_ids.shape[1] - self.prompt_len
         raw = scores.float()
         x = self._penalize(input_ids, raw, step) if self.repetition_penalty != 1.0 else raw
@@ -142,9 +150,7 @@ class Sampler(LogitsProcessor):
             vals, ids = torch.topk(lp, min(self.want_top, lp.shape[-1]), dim=-1)
             self.top_vals.append(vals)
             self.top_ids.append(ids)
-        out = torch.full_like(raw, float("-inf"))
-        out.scatter_(1, choice[:, None], 0.0)
-        return out
+        return choice
 
     def _penalize(self, input_ids: torch.Tensor, x: torch.Tensor, step: int) -> torch.Tensor:
         # vLLM-style: penalize tokens seen in the prompt (not padding) or the output so far.

@@ -1,5 +1,5 @@
 """The local engine's batching: requests queued per event loop, grouped by sampling distribution, run as
-shared `model.generate` calls in a worker thread (one at a time), results handed back to each caller."""
+shared decode calls (`local_decode`) in a worker thread (one at a time), results handed back to each caller."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Any
-
-_NO_EOS_ID = 2**31 - 1  # an id no model emits: keeps HF's EOS criterion inert when a row ignores EOS
 
 
 @dataclass(frozen=True)
@@ -187,43 +185,17 @@ class BatchWorker:
 
     def _generate(self, model, input_ids, attention, sampler, stopper, rows: list[Row]):
         import torch
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        any_ignore = any(r.req.ignore_eos for r in rows)
-        eos_for_hf = [_NO_EOS_ID] if (any_ignore or not self.eos_ids) else sorted(self.eos_ids)
-        # Every sampling-related field is set explicitly so the model's generation_config can't add processors.
-        gen_config = GenerationConfig(
-            do_sample=False,
-            num_beams=1,
-            max_new_tokens=max(r.req.max_new for r in rows),
-            min_length=0,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=50,
-            min_p=None,
-            typical_p=1.0,
-            repetition_penalty=1.0,
-            no_repeat_ngram_size=0,
-            eos_token_id=eos_for_hf,
-            pad_token_id=self.pad_id,
-            use_cache=True,
-            return_dict_in_generate=False,
-            output_scores=False,
-            output_logits=False,
-        )
+        from verifiers_rl.inference.local_decode import decode
+
         with self.lock:
             was_training = bool(getattr(model, "training", False))
             model.eval()
             try:
-                with torch.no_grad():
+                with torch.inference_mode():
                     self.engine.generate_calls += 1
-                    return model.generate(
-                        input_ids=input_ids,
-                        attention_mask=attention,
-                        generation_config=gen_config,
-                        logits_processor=LogitsProcessorList([sampler]),
-                        stopping_criteria=StoppingCriteriaList([stopper]),
-                    )
+                    return decode(model, input_ids, attention, sampler, stopper,
+                                  max(r.req.max_new for r in rows), self.pad_id)
             finally:
                 if was_training:
                     model.train()

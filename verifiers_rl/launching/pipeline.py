@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from verifiers_rl.config.schema import RunConfig
-from verifiers_rl.launching.planning import vllm_server_config
 from verifiers_rl.launching.stats import mean_reward, paired_gain
 
 EvalSpec = tuple[str, Any, int, int]  # (name, environment, num_examples, rollouts_per_example)
@@ -63,6 +62,19 @@ def _tiny_model(cfg: RunConfig, console: Any) -> str | None:
     return model
 
 
+def _hub_aware_loader() -> Any:
+    """load_environment, with a dataset the hub could not give turned into one NetworkError line."""
+    from verifiers_rl import network
+    from verifiers_rl.envs.loading import load_environment
+
+    def load(env_id: str, **env_args: Any) -> Any:
+        with network.hub_failures_as(lambda: network.dataset_hub_message(env_id,
+                                                                          network.takes_dataset_source(env_id))):
+            return load_environment(env_id, **env_args)
+
+    return load
+
+
 def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any]]:
     """(the environment to train on, the [[env]] environments it is made of)."""
     sub_envs = []
@@ -95,15 +107,14 @@ def _warmup(cfg: RunConfig, env: Any, model: Any, console: Any) -> Any:
                           seed=w.seed, max_length=w.max_length, console=console))
 
 
-def _trainer(cfg: RunConfig, model: Any, env: Any, args: Any) -> Any:
-    """The RLTrainer; the vLLM servers it started go into run.json (vf-rl stop / Ctrl-C also end them)."""
+def _trainer(plan: Any, model: Any, env: Any, args: Any) -> Any:
+    """The RLTrainer, on the launch's plan; the vLLM servers it started go into run.json (vf-rl stop / Ctrl-C also
+    end them)."""
     from verifiers_rl.trainer.rl_trainer import RLTrainer
 
-    vllm_server = None
-    if args.inference_backend == "vllm" and not args.vllm_server_urls and not args.vllm_server_port:
-        vllm_server = vllm_server_config(cfg, args.output_dir)  # the trainer starts it: logs/inference.log
-    trainer = RLTrainer(model, env, args, **({"vllm_server": vllm_server} if vllm_server is not None else {}))
-    servers = [srv.pid for srv in getattr(getattr(trainer, "vllm", None), "servers", []) or [] if srv.pid]
+    kwargs = {"plan": plan.inference, "vllm_server": plan.server} if plan is not None else {}
+    trainer = RLTrainer(model, env, args, **kwargs)
+    servers = trainer.inference.server_pids()
     if servers and trainer.is_world_process_zero():
         from verifiers_rl.runs import read_run, update_run
 
@@ -143,6 +154,7 @@ def _eval_before(trainer: Any, evals: list[EvalSpec], sampling: Any, console: An
         before[name] = states
         mean = mean_reward(states)
         console.print(f"[bold]held-out eval before RL[/] ({name}): reward {mean:.4f} on {len(states)} rollouts")
+        _record_eval(trainer, name, mean, "before")
         result.setdefault("eval_before", mean)
     return before
 
@@ -161,19 +173,50 @@ def _eval_after(trainer: Any, evals: list[EvalSpec], sampling: Any, console: Any
             a = mean_reward(after)
             console.print(f"[bold]held-out eval after RL[/] ({name}): reward {a:.4f}")
             result.setdefault("eval_after", a)
+        _record_eval(trainer, name, a, "after")
 
 
-def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any) -> dict[str, Any]:
-    """Build the tiny model and SFT warm-up when asked, then RL-train with held-out eval before and after."""
+def _replot(output_dir: str, trainer: Any) -> None:
+    """metrics.png again, now with the after-RL eval point (the trainer drew it when training ended)."""
+    if not trainer.is_world_process_zero() or not (Path(output_dir) / "metrics.jsonl").exists():
+        return
+    trainer.wait_for_plot()  # the trainer's own background plot writes the same file
+    from verifiers_rl.plots import plot_run
+
+    try:
+        plot_run(output_dir)
+    except Exception as e:  # a plot must never fail a finished run
+        print(f"could not write the metrics plot: {e}")
+
+
+def _record_eval(trainer: Any, name: str, mean: float, when: str) -> None:
+    """The before / after eval in metrics.jsonl under the periodic eval's key, so the plot's eval panel shows
+    before → every interval → after as one line."""
+    import json
+
+    if not trainer.is_world_process_zero():
+        return
+    path = Path(trainer.args.output_dir) / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps({"step": trainer.state.global_step, "time": time.time(), "eval/when": when,
+                            f"eval/{name}/reward/mean": mean}) + "\n")
+
+
+def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = None) -> dict[str, Any]:
+    """Build the tiny model and SFT warm-up when asked, then RL-train with held-out eval before and after, on the
+    launch's plan (`verifiers_rl.plan.RunPlan`; None: the trainer plans from its RLConfig)."""
+    from verifiers_rl.cli.common import quiet_library_bars
     from verifiers_rl.config.schema import build_rl_config
-    from verifiers_rl.envs.loading import load_environment
 
+    quiet_library_bars()
+    load_environment = _hub_aware_loader()
     t_start = time.perf_counter()
     model = _tiny_model(cfg, console)
     env, sub_envs = _training_envs(cfg, load_environment)
     model = _warmup(cfg, env, model, console)
     args = build_rl_config(rl_kwargs)
-    trainer = _trainer(cfg, model, env, args)
+    trainer = _trainer(plan, model, env, args)
     result: dict[str, Any] = {"model": model, "output_dir": args.output_dir}
     ev = cfg.eval
     evals, sampling = _held_out(cfg, trainer, args, sub_envs, load_environment)
@@ -185,7 +228,8 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any) -> dict[str, An
     result["rl_seconds"] = time.perf_counter() - t_rl
     if ev is not None and ev.after:
         _eval_after(trainer, evals, sampling, console, result, before)
-    trainer.orchestrator.close()
+        _replot(args.output_dir, trainer)
+    trainer.close()  # the orchestrator, and any server it started
     result["total_seconds"] = time.perf_counter() - t_start
     console.print(f"done in {result['total_seconds']:.0f} s (RL {result['rl_seconds']:.0f} s); "
                   f"checkpoints in {args.output_dir}")

@@ -1,5 +1,5 @@
-"""What a launch writes before any process starts (configs/rl.toml as launched, configs/launch.json, run.json) and
-what a config puts into the process environment."""
+"""What a launch writes before any process starts (configs/rl.toml, configs/plan.json, configs/launch.json,
+run.json) and what a config puts into the process environment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from verifiers_rl.launching.planning import LaunchPlan, build_processes
+from verifiers_rl.launching.planning import build_processes
+from verifiers_rl.plan.launch import RunPlan, write_plan
 
 LAUNCH_FILE = "launch.json"
 
@@ -24,25 +25,17 @@ def apply_process_settings(cfg: Any) -> None:
         os.environ[SETTING] = cfg.verifiers_runtime
 
 
-def prepare_launch(run: Any, plan: LaunchPlan, options: dict[str, Any], detached: bool) -> Path:
-    """Write configs/rl.toml (as launched), configs/launch.json and run.json; load env_file into os.environ."""
+def prepare_launch(run: Any, plan: RunPlan, options: dict[str, Any], detached: bool) -> Path:
+    """Write configs/rl.toml (the config as resolved, never rewritten by the plan), configs/plan.json,
+    configs/launch.json and run.json; load env_file into os.environ."""
     from verifiers_rl.config.schema import resolved_dict, write_resolved
     from verifiers_rl.runs import now_iso, write_run
 
     out = Path(run.output_dir)
     data = resolved_dict(run)
-    data["inference"]["backend"] = plan.backend
-    data["inference"]["urls"] = list(plan.urls)
-    if plan.server_gpus:  # device ids: the trainer process sees only its own GPUs
-        data["inference"]["gpus"] = list(plan.server_gpus)
-        data["inference"]["colocate"] = plan.colocated
-    if plan.gpus_visible:
-        data["trainer"]["gpus"] = list(plan.trainer_gpus)
-    elif plan.start_server and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-        # vLLM on the CPU reserves most of the machine's memory for its KV cache by default: 1 GiB unless told
-        data["inference"]["env"].setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     config_path = write_resolved(run, data=data)
-    procs = build_processes(run.cfg, plan, config_path.resolve(), run.args)
+    write_plan(plan, out)
+    procs = build_processes(plan, config_path.resolve())
     (out / "configs" / LAUNCH_FILE).write_text(json.dumps(
         {"main": "trainer", "processes": [vars(p) for p in procs]}, indent=2))
     apply_process_settings(run.cfg)
@@ -50,6 +43,6 @@ def prepare_launch(run: Any, plan: LaunchPlan, options: dict[str, Any], detached
         "name": run.run_name, "output_dir": str(out.resolve()), "pid": os.getpid(), "pid_start": None,
         "status": "starting", "detached": detached, "started_at": now_iso(), "ended_at": None, "exit_code": None,
         "config_files": [str(p) for p in run.config_files], "hosted_format": run.hosted,
-        "command": ["vf-rl", *options.get("argv", [])], "children": {}, "config": data,
+        "command": ["vf-rl", *options.get("argv", [])], "children": {}, "config": data, "plan": plan.to_dict(),
     })
     return config_path

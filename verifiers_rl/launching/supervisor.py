@@ -53,23 +53,6 @@ def _tee(stream: Any, log_path: Path, echo: bool) -> None:
             log.write(_ANSI.sub(b"", pending))
 
 
-def _wait_ready(proc: subprocess.Popen, url: str, timeout: float, stop: threading.Event) -> str | None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not stop.is_set():
-        if proc.poll() is not None:
-            return f"exited with code {proc.returncode} before it was ready"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return None
-        except Exception:
-            pass
-        stop.wait(1.0)
-    return None if stop.is_set() else f"not ready after {timeout:.0f} s"
-
-
 def _terminate(procs: dict[str, subprocess.Popen], extra_groups: list[int] | None = None) -> None:
     """SIGTERM every child's process group, then SIGKILL what is left after STOP_GRACE_S. `extra_groups`: process
     groups the children started in sessions of their own (the vLLM servers the trainer started)."""
@@ -151,12 +134,6 @@ def _start_all(spec: dict[str, Any], out: Path, echo: bool, stop: threading.Even
         t = threading.Thread(target=_tee, args=(proc.stdout, log_path, echo and is_main), daemon=True)
         t.start()
         threads.append(t)
-        if p.get("ready_url"):
-            if echo:
-                print(f"waiting for the {p['name']} server ({p['ready_url']}; log: {log_path})", flush=True)
-            err = _wait_ready(proc, p["ready_url"], float(p.get("ready_timeout", 300)), stop)
-            if err:
-                return f"{p['name']} server {err}; see {log_path}"
     return None
 
 

@@ -50,14 +50,25 @@ def load_rows(data: DataSection) -> list[dict[str, Any]]:
         from verifiers_rl.envs.loading import load_environment
         from verifiers_rl.sft.warmup import sft_rows
 
-        env = load_environment(data.env_id, **data.env_args)
+        from verifiers_rl import network
+
+        with network.hub_failures_as(lambda: network.dataset_hub_message(
+                data.env_id, network.takes_dataset_source(data.env_id))):
+            env = load_environment(data.env_id, **data.env_args)
         return sft_rows(env, data.completion_format, data.num_examples)
     from datasets import load_dataset
 
     path = data.path or ""
     kinds = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
     kind = next((v for k, v in kinds.items() if path.endswith(k)), None)
-    ds = load_dataset(kind, data_files=path, split="train") if kind else load_dataset(path, split=data.split)
+    if kind:
+        ds = load_dataset(kind, data_files=path, split="train")
+    else:
+        from verifiers_rl.network import hub_failures_as, hub_state
+
+        with hub_failures_as(lambda: f"data.path: dataset {path!r} is not in the local cache and {hub_state()}; "
+                                     "point data.path at a local .jsonl/.parquet/.csv file"):
+            ds = load_dataset(path, split=data.split)
     if data.num_examples > 0:
         ds = ds.select(range(min(data.num_examples, len(ds))))
     return ds.to_list()

@@ -44,13 +44,14 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     from trl import SFTConfig, SFTTrainer
 
     from verifiers_rl.sft.data import tokenize_row
+    from verifiers_rl.trainer.model_loading import from_pretrained, peft_wrapping_quietly
 
     out = Path(settings.output_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer = from_pretrained(AutoTokenizer, model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if settings.bf16 else torch.float32
-    policy = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
+    policy = from_pretrained(AutoModelForCausalLM, model, dtype=dtype)
     peft_config = None
     if settings.use_lora:
         from peft import LoraConfig
@@ -64,21 +65,30 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length,
         # TRL defaults to bf16 and gradient checkpointing even on CPU: off unless asked for.
-        bf16=settings.bf16, gradient_checkpointing=settings.gradient_checkpointing, disable_tqdm=True,
+        # (activation_checkpointing: transformers 5's name; the old one warns on every construction)
+        bf16=settings.bf16, activation_checkpointing=settings.gradient_checkpointing, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0)
     from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     quiet = are_progress_bars_disabled()
     disable_progress_bars()  # TRL's dataset passes over pre-tokenized rows are instant: no bars
     try:
-        trainer = SFTTrainer(model=policy, args=config, train_dataset=data, processing_class=tokenizer,
-                             peft_config=peft_config)
+        with peft_wrapping_quietly():  # TRL wraps the model with peft here when use_lora
+            trainer = SFTTrainer(model=policy, args=config, train_dataset=data, processing_class=tokenizer,
+                                 peft_config=peft_config)
     finally:
         if not quiet:
             enable_progress_bars()
-    if console:
-        console.print(f"SFT: {settings.max_steps} steps on {len(rows)} rows "
-                      f"({'LoRA' if settings.use_lora else 'full'}, batch {settings.batch_size}, lr {settings.learning_rate})")
+    from rich.console import Console
+    from transformers.trainer_callback import PrinterCallback
+
+    from verifiers_rl.sft.progress import SFTProgress
+
+    console = console or Console()
+    console.print(f"SFT: {settings.max_steps} steps on {len(rows)} rows "
+                  f"({'LoRA' if settings.use_lora else 'full'}, batch {settings.batch_size}, lr {settings.learning_rate})")
+    trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
+    trainer.add_callback(SFTProgress(console))
     result = trainer.train()
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))

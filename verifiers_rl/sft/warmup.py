@@ -54,7 +54,7 @@ def run_warmup(model: str, env: Any, output_dir: str | Path, *, completion_forma
     _, loss = run_sft(model, rows, SFTSettings(
         output_dir=str(work), max_steps=max_steps, learning_rate=learning_rate, batch_size=batch_size,
         lr_scheduler_type=lr_scheduler_type, max_length=max_length, seed=seed, save_steps=max_steps + 1,
-        logging_steps=logging_steps))
+        logging_steps=logging_steps), console=console)
     _marker(work).write_text(json.dumps({"settings": settings, "train_loss": loss,
                                          "seconds": time.perf_counter() - t0}, indent=2))
     if out.exists():

@@ -57,25 +57,47 @@ class ConsoleCallback(TrainerCallback):
             self.console.print(f"[bold cyan]step {state.global_step}/{state.max_steps}[/] " + " | ".join(parts), soft_wrap=True)
 
 
+def _warn(message: str) -> None:
+    from rich.console import Console
+
+    Console().print(f"[bold yellow]warning:[/] {message}", soft_wrap=True, highlight=False)
+
+
 class RLControlCallback(TrainerCallback):
     """Weight sync after each optimizer step, periodic eval, and a checkpoint at the last step."""
 
     def __init__(self, trainer: Any):
+        from verifiers_rl.trainer.empty_steps import EmptyStepWatch
+
         self.trainer = trainer
+        self.empty_steps = EmptyStepWatch()
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer._after_optimizer_step()
+        # every rank sees the whole step's rollouts, so all of them stop together
+        self.empty_steps.check(state.global_step, getattr(self.trainer, "_last_states", None), args,
+                               _warn if state.is_world_process_zero else lambda _m: None)
         if args.eval_steps and state.global_step % int(args.eval_steps) == 0:
             self.trainer.run_eval()
-        if state.global_step >= state.max_steps:
+        if state.global_step >= state.max_steps and args.save_strategy != "no":
             control.should_save = True
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero and (Path(args.output_dir) / "metrics.jsonl").exists():
-            from verifiers_rl.plots import plot_run
+            import threading
 
-            try:
-                plot_run(args.output_dir)
-            except Exception as e:  # a plot must never fail a finished run
-                print(f"could not write the metrics plot: {e}")
+            # Drawn in the background so train() returns without paying matplotlib (≈1 s); trainer.close()
+            # and interpreter exit (a non-daemon thread) wait for it.
+            thread = threading.Thread(target=_plot, args=(args.output_dir,), name="vf-plot")
+            thread.start()
+            self.trainer._plot_thread = thread
+
+
+def _plot(output_dir: str) -> None:
+    from verifiers_rl.plots import plot_run
+
+    try:
+        plot_run(output_dir)
+    except Exception as e:  # a plot must never fail a finished run
+        print(f"could not write the metrics plot: {e}")

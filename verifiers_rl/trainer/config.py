@@ -9,10 +9,12 @@ from typing import Any
 
 from transformers import TrainingArguments
 
+from verifiers_rl.trainer.advantages import SCALE_REWARDS_CHOICES
+
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-SCALE_REWARDS_CHOICES = ("none", "group", "batch")
 INFERENCE_BACKENDS = ("auto", "local", "vllm")
 WANDB_KEYS = ("project", "entity", "name")
+DEFAULT_MAX_PROMPT_LEN = 512  # when neither max_prompt_len nor max_tokens is set (and max_seq_len allows it)
 # LoRA options and their defaults (keep in step with the fields below): changing one while use_lora=False is a
 # mistake worth a clear error.
 _LORA_DEFAULTS: dict[str, Any] = {
@@ -65,7 +67,11 @@ class RLConfig(TrainingArguments):
     max_seq_len: int = field(
         default=2048, metadata={"help": "Max tokens of prompt + completion in one training sample."}
     )
-    max_prompt_len: int = field(default=512, metadata={"help": "Max prompt tokens; a rollout with a longer prompt carries no loss (metric prompt_too_long)."})
+    max_prompt_len: int | None = field(
+        default=None,
+        metadata={"help": "Max prompt tokens; a rollout with a longer prompt carries no loss (metric prompt_too_long). "
+                  "None: max_seq_len - max_tokens, or min(512, max_seq_len // 2) when max_tokens is None."},
+    )
 
     # --- Optimizer ---------------------------------------------------------------------------------------------------
     learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate."})
@@ -195,7 +201,8 @@ class RLConfig(TrainingArguments):
     online_difficulty_filtering: bool = field(
         default=False, metadata={"help": "Drop groups whose rewards are all equal (no signal) and refill the batch."})
     oversampling_factor: float = field(
-        default=1.0, metadata={"help": "Generate this many times the groups a step needs; refills come from the extra."})
+        default=1.0, metadata={"help": "With online_difficulty_filtering: generate this many times the groups a step "
+                                "needs, so the groups left after filtering fill it."})
     easy_threshold: float | None = field(
         default=None, metadata={"help": "Examples whose group mean reward is >= this leave the rotation (easy pool)."})
     hard_threshold: float | None = field(
@@ -242,6 +249,7 @@ class RLConfig(TrainingArguments):
     )
 
     def __post_init__(self) -> None:
+        self._derive_lengths()
         self._validate_rl_fields()
 
         if isinstance(self.vllm_server_urls, str):
@@ -272,6 +280,21 @@ class RLConfig(TrainingArguments):
             )
 
     # ------------------------------------------------------------------------------------------------------------------
+
+    def _derive_lengths(self) -> None:
+        """An unset max_prompt_len follows what the user did set (None is "unset": a dataclass can't tell a default
+        from an explicit value), so RLConfig(max_seq_len=128) works; an explicit conflict still fails below."""
+        if self.max_prompt_len is not None:
+            return
+        seq, new = self.max_seq_len, self.max_tokens
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            return  # _validate_batch_shape names max_seq_len
+        if seq < 2:
+            _fail(f"max_seq_len={seq} leaves no room for a prompt and a completion; raise max_seq_len")
+        if isinstance(new, int) and not isinstance(new, bool) and 1 <= new < seq:
+            self.max_prompt_len = seq - new
+        else:  # max_tokens None (what the prompt leaves) or invalid (its own check fails first)
+            self.max_prompt_len = min(DEFAULT_MAX_PROMPT_LEN, seq // 2)
 
     def _validate_rl_fields(self) -> None:
         self._validate_batch_shape()
@@ -333,6 +356,9 @@ class RLConfig(TrainingArguments):
             _fail(
                 f"oversampling_factor={self.oversampling_factor} must be >= 1 (1: generate exactly what a step needs)"
             )
+        if self.oversampling_factor > 1 and not self.online_difficulty_filtering:
+            _fail(f"oversampling_factor={self.oversampling_factor}: the extra groups only refill batches after "
+                  "online_difficulty_filtering drops constant ones; set online_difficulty_filtering=True or remove it")
         for name in ("easy_fraction", "hard_fraction"):
             if not 0 <= getattr(self, name) <= 1:
                 _fail(f"{name}={getattr(self, name)} must be in [0, 1]")
@@ -342,7 +368,8 @@ class RLConfig(TrainingArguments):
 
     def _validate_inference(self) -> None:
         """Weight transfer and async generation."""
-        from verifiers_rl.inference.weight_transfer import NATIVE, TRANSFERS, check_transfer, vllm_importable
+        from verifiers_rl.plan.hardware import vllm_importable
+        from verifiers_rl.plan.transfer import NATIVE, TRANSFERS, check_transfer
 
         if self.vllm_weight_transfer not in TRANSFERS:
             _fail(f"vllm_weight_transfer={self.vllm_weight_transfer!r} is not one of {', '.join(TRANSFERS)}")

@@ -11,76 +11,8 @@ from typing import Callable
 
 import torch
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Log-probabilities and entropy from logits
-
-
-def _needs_upcast(t: torch.Tensor) -> bool:
-    # log-softmax in bf16/fp16 loses too much precision for importance ratios; compute those in fp32.
-    return t.dtype in (torch.float16, torch.bfloat16)
-
-
-def _selective_log_softmax_2d(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    if _needs_upcast(logits):
-        logits = logits.float()
-    picked = logits.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(logits, dim=-1)
-
-
-def _entropy_2d(logits: torch.Tensor) -> torch.Tensor:
-    if _needs_upcast(logits):
-        logits = logits.float()
-    logp = torch.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1)
-
-
-def token_logprobs_and_entropy(
-    logits: torch.Tensor,
-    input_ids: torch.Tensor,
-    temperature: float = 1.0,
-    with_entropy: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probabilities (and entropies) of ``input_ids`` under ``softmax(logits / temperature)``.
-
-    Alignment: a causal LM's ``logits[:, t]`` is the distribution of token ``t + 1`` given tokens ``<= t``. The
-    outputs are shifted back onto token positions, so ``out[:, t]`` is ``log p(input_ids[:, t] | input_ids[:, :t])``
-    for ``t >= 1`` and ``out[:, 0] = 0`` (the first token has no prediction). A loss mask over token positions
-    ``[B, T]`` therefore indexes the outputs directly. The last position of ``logits`` (the token after the
-    sequence) is unused.
-
-    Logits are divided by the sampling ``temperature`` first so the logprobs match what the server sampled with.
-
-    Returns ``(logprobs [B, T], entropy [B, T] or None)`` in fp32 for half-precision logits. The entropy is a
-    metric: it is computed without grad (detached).
-    """
-    if logits.ndim != 3 or input_ids.ndim != 2 or logits.shape[:2] != input_ids.shape:
-        raise ValueError(
-            f"expected logits [B, T, V] and input_ids [B, T], got {tuple(logits.shape)} and {tuple(input_ids.shape)}"
-        )
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-
-    batch, seq_len = input_ids.shape
-    out_dtype = torch.float32 if _needs_upcast(logits) else logits.dtype
-    logprob_rows: list[torch.Tensor] = []
-    entropy_rows: list[torch.Tensor] = []
-    first = torch.zeros(1, dtype=out_dtype, device=logits.device)
-    for b in range(batch):
-        # One row at a time: the temperature-scaled copy is [T-1, V], not [B, T-1, V].
-        row = logits[b, :-1]
-        if _needs_upcast(row):
-            row = row.float()
-        if temperature != 1.0:
-            row = row / temperature
-        logprob_rows.append(torch.cat([first, _selective_log_softmax_2d(row, input_ids[b, 1:].long())]))
-        if with_entropy:
-            with torch.no_grad():
-                entropy_rows.append(torch.cat([first, _entropy_2d(row)]))
-    logprobs = torch.stack(logprob_rows) if batch else logits.new_zeros((0, seq_len), dtype=out_dtype)
-    entropy = None
-    if with_entropy:
-        entropy = torch.stack(entropy_rows) if batch else logits.new_zeros((0, seq_len), dtype=out_dtype)
-    return logprobs, entropy
+# Log-probabilities and entropy live in `logprobs` (chunked, no [B, T, V] copies); re-exported for callers.
+from verifiers_rl.trainer.logprobs import hidden_token_logprobs, token_logprobs_and_entropy  # noqa: E402,F401
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

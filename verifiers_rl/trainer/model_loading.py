@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def is_adapter_dir(path: str | os.PathLike) -> bool:
@@ -21,6 +23,34 @@ def _has_tokenizer(path: str | os.PathLike) -> bool:
     return p.is_dir() and any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
+@contextmanager
+def peft_wrapping_quietly() -> Iterator[None]:
+    """peft reads transformers' deprecated `is_gradient_checkpointing` while it wraps a model (a FutureWarning on
+    every LoRA run that we cannot fix at its source): ignore that one message from that one module, here only."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning,
+                                module="transformers.modeling_utils")
+        yield
+
+
+def hub_kwargs(name: str) -> dict[str, Any]:
+    """from_pretrained kwargs for `name`: a hub id while the hub is unreachable reads the cache only (one probe
+    instead of the libraries' retries)."""
+    from verifiers_rl.network import hub_unreachable
+
+    if Path(name).exists():
+        return {}
+    return {"local_files_only": True} if hub_unreachable() else {}
+
+
+def from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
+    """`cls.from_pretrained(name)`; a model the hub was needed for and couldn't give is one NetworkError line."""
+    from verifiers_rl.network import hub_failures_as, model_hub_message
+
+    with hub_failures_as(lambda: model_hub_message(name)):
+        return cls.from_pretrained(name, **hub_kwargs(name), **kwargs)
+
+
 def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any = None) -> tuple[Any, Any]:
     """Returns (model, tokenizer) ready to train: LoRA-wrapped when `args.use_lora`."""
     import torch
@@ -34,11 +64,12 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
             from peft import PeftModel
 
             base_id = adapter_base(path)
-            base = AutoModelForCausalLM.from_pretrained(base_id, dtype=dtype)
-            model = PeftModel.from_pretrained(base, path, is_trainable=True)
+            base = from_pretrained(AutoModelForCausalLM, base_id, dtype=dtype)
+            with peft_wrapping_quietly():
+                model = PeftModel.from_pretrained(base, path, is_trainable=True)
             tok_source = path if _has_tokenizer(path) else base_id
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            model = from_pretrained(AutoModelForCausalLM, path, dtype=dtype)
             tok_source = path
     else:
         tok_source = getattr(getattr(model, "config", None), "_name_or_path", None)
@@ -51,14 +82,15 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
             r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
             target_modules=args.lora_target_modules, modules_to_save=args.lora_modules_to_save,
             task_type="CAUSAL_LM")
-        model = get_peft_model(model, cfg)
+        with peft_wrapping_quietly():
+            model = get_peft_model(model, cfg)
     elif not args.use_lora and is_peft:
         model = model.merge_and_unload()  # full fine-tuning continues from the adapted weights
 
     if tokenizer is None:
         if tok_source is None:
             raise ValueError("pass processing_class=tokenizer: it can't be inferred from this model object")
-        tokenizer = AutoTokenizer.from_pretrained(tok_source)
+        tokenizer = from_pretrained(AutoTokenizer, tok_source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

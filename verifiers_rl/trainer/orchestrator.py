@@ -24,6 +24,7 @@ from typing import Any, Callable
 from verifiers_rl.trainer.buffer import BufferConfig, DifficultyBuffer
 from verifiers_rl.envs.rollouts import generate_states
 from verifiers_rl.trainer.data_order import DataOrder
+from verifiers_rl.trainer.distributed import share
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Orchestrator:
                  batch_size: int, rollouts_per_example: int, max_concurrent: int, seed: int,
                  shuffle: bool = True, max_async_level: int = 0, inline: bool = True,
                  generation_timeout: float = 600.0, before_generate: Callable[[int], None] | None = None,
-                 buffer: BufferConfig | None = None):
+                 buffer: BufferConfig | None = None, rank: int = 0, world: int = 1):
         self.env = env
         self.client = client
         self.model_name = model_name
@@ -56,6 +57,8 @@ class Orchestrator:
         self.max_concurrent = max_concurrent
         self.dataset = env.get_dataset()
         self.groups_per_step = batch_size // rollouts_per_example
+        # With several training processes each rank generates only its share of a step's groups (distributed.py).
+        self.rank, self.world = rank, world
         self.order = DataOrder.for_env(env, self.dataset, seed, shuffle)
         self.buffer = DifficultyBuffer(self.order, buffer, seed) if buffer is not None and buffer.active else None
         self._buffer_snapshots: dict[int, dict[str, Any]] = {}
@@ -83,7 +86,8 @@ class Orchestrator:
         metrics: dict[str, float] = {}
         if self.buffer is None:
             start = step * self.groups_per_step
-            groups = await self._rollouts(self.order.slice(start, self.groups_per_step))
+            indices = share(self.order.slice(start, self.groups_per_step), self.rank, self.world)
+            groups = await self._rollouts(indices) if indices else []
         else:
             self._buffer_snapshots[step] = copy.deepcopy(self.buffer.state_dict())
             groups, metrics = await self.buffer.fill(step, self.groups_per_step, self._rollouts)
@@ -164,6 +168,7 @@ class Orchestrator:
                 pending = asyncio.all_tasks(self._loop)
                 for t in pending:
                     t.cancel()
-                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                if pending:  # gather() of nothing would bind to another loop
+                    self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 self._loop.close()
             self._loop = None

@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from verifiers_rl.trainer.advantages import compute_advantages
@@ -25,12 +25,13 @@ from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.batching import build_samples, collate, prompt_length, split_micro_batches
 from verifiers_rl.trainer.callbacks import ConsoleCallback, MetricsFileCallback, RLControlCallback
 from verifiers_rl.trainer.config import RLConfig
-from verifiers_rl.trainer.loss import LossConfig, compute_loss, masked_mean, token_logprobs_and_entropy
+from verifiers_rl.trainer import distributed
+from verifiers_rl.trainer.logprobs import policy_token_logprobs
+from verifiers_rl.trainer.loss import LossConfig, compute_loss, masked_mean
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.model_loading import load_policy
 from verifiers_rl.trainer.orchestrator import Orchestrator
 from verifiers_rl.trainer.token_export import sequence_records, write_records
-from verifiers_rl.inference.weight_sync import SharedWeights, SnapshotWeights
 
 STAGING_DIR = ".staging"
 
@@ -52,10 +53,20 @@ def _first(items: list[int]) -> dict[str, Any]:
     return {"step_index": torch.tensor(items[0])}
 
 
+class _ResumeSync(TrainerCallback):
+    def __init__(self, trainer: "RLTrainer"):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0:
+            self.trainer._resync_after_resume(int(state.global_step))
+        return control
+
+
 class RLTrainer(Trainer):
     def __init__(self, model: Any, env: Any, args: RLConfig | None = None, processing_class: Any = None,
                  peft_config: Any = None, callbacks: list | None = None, eval_envs: Any = None,
-                 vllm_server: Any = None, **kwargs: Any):
+                 vllm_server: Any = None, plan: Any = None, **kwargs: Any):
         args = args or RLConfig()
         if not isinstance(args, RLConfig):
             raise TypeError("args must be an RLConfig")
@@ -91,42 +102,28 @@ class RLTrainer(Trainer):
             import copy
 
             self._ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self._vllm_server_config = vllm_server  # VLLMServerConfig (or dict) for a launched vLLM server
-        self._setup_inference()
+        from verifiers_rl.trainer.sharding import shard_policy
 
-    # --- inference backend ----------------------------------------------------------------------------
-    def _setup_inference(self) -> None:
+        distributed.check_supported(args)
+        self.sharded = shard_policy(self)  # FSDP2 when args.fsdp asks: None otherwise
+        self._setup_inference(plan, vllm_server)
+
+    # --- inference ----------------------------------------------------------------------------------------
+    def _setup_inference(self, plan: Any, server_config: Any) -> None:
+        """One `Inference` object, built from the plan (vf-rl's, or made here from the RLConfig): the local engine
+        or vLLM servers (`server_config`: a VLLMServerConfig or dict for the one the trainer starts)."""
+        from verifiers_rl.inference.factory import build_inference
+        from verifiers_rl.plan.inference import inference_plan_for
+
         args = self.args
-        backend = args.inference_backend
-        if backend == "auto":
-            configured = args.vllm_server_urls or args.vllm_server_port or self._vllm_server_config is not None
-            backend = "vllm" if configured else "local"
-        self.backend = backend
-        self.vllm = None
-        if backend == "local":
-            from verifiers_rl.inference.local_engine import LocalEngine
-
-            if args.local_async:
-                import copy
-
-                # Generation runs on its own copy, refreshed after each optimizer step (SnapshotWeights).
-                snapshot = copy.deepcopy(self.model).eval().requires_grad_(False)
-                self.engine = LocalEngine(snapshot, self.processing_class, model_name="policy")
-                self.weight_sync = SnapshotWeights(self.engine)
-                client, inline = self.engine.client, False
-            else:
-                self.engine = LocalEngine(self.model, self.processing_class, model_name="policy")
-                self.weight_sync = SharedWeights("policy")
-                client, inline = self.engine.client, True
-        else:
-            # Launch a vLLM server (or connect to vllm_server_urls), LoRA hot-swap or full-weight reload, and
-            # generate up to max_async_level steps ahead in the orchestrator's thread.
-            from verifiers_rl.inference.vllm_backend import ResumeSyncCallback, VLLMBackend
-
-            self.vllm = VLLMBackend.for_trainer(self, self._vllm_server_config)
-            self.weight_sync = self.vllm.weight_sync
-            client, inline = self.vllm.client, False
-            self.add_callback(ResumeSyncCallback(self))
+        if plan is None:
+            params = next(iter(self.model.parameters()), None)
+            plan = inference_plan_for(args, cuda=params is not None and params.is_cuda, server_config=server_config)
+        self.plan = plan
+        self.inference = build_inference(plan, model=self._served_model(), tokenizer=self.processing_class, args=args,
+                                         server_config=server_config, is_main=self.is_world_process_zero())
+        self.add_callback(_ResumeSync(self))
+        inline = self.inference.inline
         seed = args.seed
 
         def before_generate(step: int) -> None:
@@ -135,9 +132,9 @@ class RLTrainer(Trainer):
 
         from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
 
-        client = OpenAIChatCompletionsClient(client, allow_empty=args.keep_empty_replies)
+        client = OpenAIChatCompletionsClient(self.inference.client, allow_empty=args.keep_empty_replies)
         self.orchestrator = Orchestrator(
-            self.env, client, self.weight_sync.model_name, args.sampling_args(),
+            self.env, client, self.inference.model_name, args.sampling_args(),
             batch_size=args.batch_size, rollouts_per_example=args.rollouts_per_example,
             max_concurrent=args.max_concurrent, seed=args.seed, shuffle=args.shuffle_dataset,
             max_async_level=args.max_async_level, inline=inline, generation_timeout=args.generation_timeout,
@@ -146,7 +143,7 @@ class RLTrainer(Trainer):
                 online_difficulty_filtering=args.online_difficulty_filtering,
                 oversampling_factor=args.oversampling_factor, easy_threshold=args.easy_threshold,
                 hard_threshold=args.hard_threshold, easy_fraction=args.easy_fraction,
-                hard_fraction=args.hard_fraction))
+                hard_fraction=args.hard_fraction), rank=args.process_index, world=args.world_size)
 
     def get_train_dataloader(self):
         return torch.utils.data.DataLoader(_Steps(self.args.max_steps), batch_size=1, shuffle=False,
@@ -159,14 +156,16 @@ class RLTrainer(Trainer):
         step = self.state.global_step
         t_step = time.perf_counter()
         batch, wait_s = self.orchestrator.get_batch(step, self.state.max_steps)
-        states = batch.states
+        # This rank generated its own groups; every rank sees the whole step for advantages and metrics.
+        states, offset = distributed.gather_states(batch.states, args.world_size)
         if len(states) != args.batch_size:
             raise RuntimeError(f"step {step}: got {len(states)} rollouts, expected batch_size={args.batch_size}")
 
         rewards = torch.tensor([0.0 if (args.zero_truncated_completions and s.get("is_truncated"))
                                 else float(s.get("reward") or 0.0) for s in states])
         advantages = compute_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
-        samples = build_samples(states, advantages.tolist(), max_seq_len=args.max_seq_len,
+        mine = slice(offset, offset + len(batch.states))
+        samples = build_samples(batch.states, advantages[mine].tolist(), max_seq_len=args.max_seq_len,
                                 mask_env_responses=args.mask_env_responses,
                                 mask_truncated_completions=args.mask_truncated_completions,
                                 max_prompt_len=args.max_prompt_len)
@@ -194,43 +193,78 @@ class RLTrainer(Trainer):
         args = self.args
         # Each rank trains on its own slice; the loss is normalized by the tokens of the whole step.
         world, rank = args.world_size, args.process_index
-        total_tokens = torch.tensor(float(sum(sum(s.loss_mask) for s in samples)), device=args.device)
+        # `samples` are this rank's own groups; the loss is normalized by the loss tokens of the whole step, and
+        # every rank runs as many micro-batches as the busiest one (zero-weight padding: FSDP/DDP collectives).
+        micro = split_micro_batches(samples, args.micro_batch_size)
+        tokens, n_micro = distributed.step_totals(sum(sum(s.loss_mask) for s in samples), len(micro), world)
+        total_tokens = torch.tensor(float(tokens), device=args.device)
+        padded = distributed.pad_micro_batches(micro, n_micro, self._filler_sample())
         model.train()
-        micro = split_micro_batches(samples[rank::world], args.micro_batch_size)
         # A step without loss tokens moved nothing: its importance ratios are 1.
         acc = TokenWeightedMetrics(when_empty={"importance_ratio/min": 1.0, "importance_ratio/max": 1.0})
         total_loss = torch.zeros((), device=args.device)
         exports: list[dict[str, Any]] = []
-        for i, mb_samples in enumerate(micro):
+        want_entropy = args.enable_token_export or self._logs_step(step)
+        for i, (mb_samples, padding) in enumerate(padded):
             mb = collate(mb_samples, self.processing_class.pad_token_id, args.device)
             # Gradients sync across ranks once per step, on the last micro-batch.
-            ctx = self.accelerator.no_sync(model) if i < len(micro) - 1 else contextlib.nullcontext()
+            ctx = self.accelerator.no_sync(model) if i < len(padded) - 1 else contextlib.nullcontext()
             with ctx, self.compute_loss_context_manager():
-                logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-                lp, ent = token_logprobs_and_entropy(logits, mb.input_ids, args.temperature)
-                del logits
+                # Log-probs only where they are used (all positions for the token export), entropy only when
+                # this step is logged; the output head runs in chunks (no [B, T, V] logits).
+                # (a micro-batch without loss tokens runs the head everywhere: every parameter takes part)
+                where = mb.attention_mask.bool() if args.enable_token_export or not any(
+                    any(x.loss_mask) for x in mb_samples) else mb.loss_mask
+                lp, ent = policy_token_logprobs(model, mb.input_ids, mb.attention_mask, args.temperature,
+                                                mask=where, with_entropy=want_entropy)
                 # Environment tokens trained with mask_env_responses=False have no sampling logprob: ratio 1.
                 sampling = torch.where(mb.env_mask & mb.loss_mask, lp.detach(), mb.sampling_logprobs)
                 ref = self._ref_logprobs(model, mb) if args.beta > 0 else None
                 out = compute_loss(lp, sampling, mb.advantages, mb.loss_mask, total_tokens, self.loss_config, ref)
                 self.accelerator.backward(out.loss * world)  # DDP averages gradients over ranks
+            if padding:
+                continue
             if args.enable_token_export:
                 exports += sequence_records(mb, lp, sampling, ent, args.mask_ratio_low, args.mask_ratio_high, step)
             total_loss += out.loss.detach()
-            acc.add({**out.metrics, "entropy/mean": masked_mean(ent, mb.loss_mask)})
+            acc.add({**out.metrics, **({"entropy/mean": masked_mean(ent, mb.loss_mask)} if ent is not None else {})})
         if exports:
             write_records(args.output_dir, step, rank, exports)
-        return total_loss, acc.result()
+        # HF logs the mean of the ranks' losses: each rank's share times world sums to the step's loss
+        return total_loss * world, distributed.merge_metrics(distributed.all_gather(acc.result(), world))
+
+    def _filler_sample(self) -> Any:
+        from verifiers_rl.trainer.batching import Sample
+
+        pad = int(self.processing_class.pad_token_id or 0)
+        return Sample([pad, pad], [0, 0], [0.0, 0.0], 0.0, 0.0, -1, [0, 0])
+
+    def _served_model(self) -> Any:
+        """The model generation and the weight sync read: the unsharded copy under FSDP, else the policy."""
+        return self.sharded.full if self.sharded is not None else self.model
+
+    def _refresh_served(self) -> Any:
+        if self.sharded is not None:
+            self.sharded.refresh(self.model)  # every rank: gathers the shards
+        return self._served_model()
 
     def _ref_logprobs(self, model: torch.nn.Module, mb: Any) -> torch.Tensor:
         with torch.no_grad():
+            args = (mb.input_ids, mb.attention_mask, self.args.temperature)
             if self._ref_model is not None:
-                logits = self._ref_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+                lp, _ = policy_token_logprobs(self._ref_model, *args, mask=mb.loss_mask)
             else:
                 with self.accelerator.unwrap_model(model).disable_adapter():
-                    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-            lp, _ = token_logprobs_and_entropy(logits, mb.input_ids, self.args.temperature, with_entropy=False)
+                    lp, _ = policy_token_logprobs(model, *args, mask=mb.loss_mask)
         return lp
+
+    def _logs_step(self, step: int) -> bool:
+        """Whether HF's step-based logging will log this step (metrics only needed then, e.g. the entropy)."""
+        a = self.args
+        if a.logging_strategy != "steps":
+            return True
+        every = max(1, int(self.state.logging_steps or 1))
+        return (step + 1) % every == 0 or (step == 0 and a.logging_first_step) or step + 1 >= self.state.max_steps
 
     def _rollout_metrics(self, states: list[dict[str, Any]], advantages: torch.Tensor) -> dict[str, float]:
         from verifiers_rl.evaluation import summarize
@@ -248,17 +282,18 @@ class RLTrainer(Trainer):
             if k.startswith("metrics/"):
                 out[f"{k}/mean"] = v
         out.update({k: summary[k] for k in ("errors/rollouts", "errors/reward_funcs", "is_truncated/mean",
-                                            "num_turns/mean", "seq_len/completion_mean")})
+                                            "num_turns/mean", "seq_len/completion_mean", "turns/stitched",
+                                            "turns/separate")})
         return out
 
     def _after_optimizer_step(self) -> None:
         t0 = time.perf_counter()
         version = self.state.global_step
-        self.weight_sync.sync(self.model, version)
+        self.inference.sync(self._refresh_served(), version)
         self.orchestrator.set_policy_version(version)
         if self._pending:
             self._pending[-1]["time/weight_sync"] = time.perf_counter() - t0
-            self._pending[-1].update(getattr(self.weight_sync, "metrics", dict)())
+            self._pending[-1].update(self.inference.metrics())
             self._pending[-1]["time/step"] = time.perf_counter() - self._step_start
 
     # --- logging --------------------------------------------------------------------------------------
@@ -301,14 +336,14 @@ class RLTrainer(Trainer):
         args = self.args
         sampling = sampling_args if sampling_args is not None else args.sampling_args(for_eval=True)
         ds = env.get_eval_dataset(n=num_examples)
-        if self.backend == "local":
+        if self.plan.backend == "local":
             torch.manual_seed(args.seed)  # the same draws for every eval of a run: paired comparisons
         was_training = self.model.training
         try:
             from verifiers_rl.envs.rollouts import generate_states
 
             return self.orchestrator.run(generate_states(
-                env, ds, self.orchestrator.client, self.weight_sync.model_name(), sampling,
+                env, ds, self.orchestrator.client, self.inference.model_name(), sampling,
                 rollouts_per_example=rollouts_per_example, max_concurrent=args.max_concurrent))
         finally:
             self.model.train(was_training)
@@ -353,11 +388,21 @@ class RLTrainer(Trainer):
     def close(self) -> None:
         """Stop what this trainer started: the orchestrator's thread and, with the vLLM backend, the server it
         launched (servers given by URL are left running). Also done at interpreter exit and on SIGTERM."""
+        self.wait_for_plot()
         self.orchestrator.close()
-        if getattr(self, "vllm", None) is not None:
-            self.vllm.close()  # its weight sync, then the servers
-        else:
-            self.weight_sync.close()
+        self.inference.close()  # its weight sync, then any servers it started
+
+    def wait_for_plot(self) -> None:
+        """Wait until metrics.png, drawn in the background when train() ends, is written."""
+        thread = getattr(self, "_plot_thread", None)
+        if thread is not None:
+            thread.join()
+
+    def _resync_after_resume(self, step: int) -> None:
+        """HF Trainer loads a checkpoint's weights after inference was first synced: sync them again before the
+        first batch is generated, and label rollouts with the resumed policy version."""
+        self.inference.sync(self._refresh_served(), step)
+        self.orchestrator.set_policy_version(step)
 
     # --- checkpoints ----------------------------------------------------------------------------------
     def _load_rl_state(self, checkpoint: str | bool) -> None:
@@ -372,6 +417,41 @@ class RLTrainer(Trainer):
         staging = os.path.join(self.args.output_dir, STAGING_DIR)
         if self.is_world_process_zero() and os.path.isdir(staging):
             shutil.rmtree(staging, ignore_errors=True)
+
+    # FSDP2 applied by sharding.py: the unsharded copy is what is saved and loaded; optimizer shards per rank
+    def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+        if self.sharded is None:
+            return super()._save(output_dir, state_dict)
+        sharded, self.model = self.model, self.sharded.full  # gathered after every optimizer step
+        try:
+            super()._save(output_dir, state_dict)
+        finally:
+            self.model = sharded
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if self.sharded is None or not self.sharded.applied:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        from verifiers_rl.trainer.sharding import save_optimizer_shard
+
+        save_optimizer_shard(self.optimizer, output_dir, self.args.process_index)
+        if self.args.should_save:
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if self.sharded is None or not self.sharded.applied or checkpoint is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        from verifiers_rl.trainer.sharding import load_optimizer_shard
+
+        load_optimizer_shard(self.optimizer, checkpoint, self.args.process_index)
+        self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, "scheduler.pt")))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        if self.sharded is None or not self.sharded.applied or model is not None:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        from verifiers_rl.trainer.sharding import load_full_into_shards
+
+        super()._load_from_checkpoint(resume_from_checkpoint, self.sharded.full)
+        load_full_into_shards(self.sharded.full, self.model)
 
     def _get_output_dir(self, trial: Any) -> str:
         if getattr(self, "_saving_to", None):
@@ -392,6 +472,7 @@ class RLTrainer(Trainer):
             super()._save_checkpoint(model, trial)
         finally:
             self._saving_to = None
+        distributed.barrier(self.args.world_size)  # every rank's files (RNG states) are in before the rename
         if not self.args.should_save:
             return
         staged = os.path.join(staging_root, name)

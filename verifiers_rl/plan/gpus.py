@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verifiers_rl.errors import VLLMLaunchError
+from verifiers_rl.errors import ConfigError, VLLMLaunchError
+
+DEFAULT_COLOCATED_GPU_MEMORY = 0.3  # the server's share of a GPU it shares with the trainer
 
 
-# --- layouts -------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GPULayout:
     """Which devices the inference server and the trainer see."""
@@ -23,21 +24,20 @@ class GPULayout:
     def inference_env(self) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.inference))} if self.inference else {}
 
-    def trainer_env(self) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.trainer))} if self.trainer else {}
 
-    def trainer_launcher(self, script: list[str], accelerate_config: str | None = None) -> list[str]:
-        """How the trainer is started: plainly for one device, through `accelerate launch` for several
-        (DDP, or FSDP/DeepSpeed ZeRO through an accelerate config file)."""
-        if len(self.trainer) <= 1 and accelerate_config is None:
-            return list(script)
-        cmd = ["accelerate", "launch", "--num_processes", str(max(1, len(self.trainer)))]
-        if accelerate_config:
-            cmd += ["--config_file", accelerate_config]
-        return cmd + list(script)
+def gpu_ids(spec: int | list[int], key: str) -> int:
+    """How many GPUs a config's `gpus` asks for (a count or device ids); a one-line ConfigError naming `key`."""
+    if isinstance(spec, list):
+        if any(g < 0 for g in spec) or len(set(spec)) != len(spec):
+            raise ConfigError(f"{key}: {spec} must be distinct device ids >= 0")
+        return len(spec)
+    if spec < 0:
+        raise ConfigError(f"{key}: {spec} must be >= 0")
+    return spec
 
 
-def _devices(spec: int | list[int] | tuple[int, ...] | None, start: int) -> tuple[int, ...]:
+def devices(spec: int | list[int] | tuple[int, ...] | None, start: int) -> tuple[int, ...]:
+    """A count (the next `spec` ids from `start`) or explicit device ids."""
     if spec is None:
         return ()
     if isinstance(spec, bool):
@@ -57,20 +57,20 @@ def plan_gpus(inference_gpus: int | list[int] | None, trainer_gpus: int | list[i
     """Split (inference GPUs first, trainer GPUs after) or colocated (both on the same single GPU).
 
     `colocate=None` colocates exactly when one GPU is available and both sides ask for one."""
-    n_inf = len(_devices(inference_gpus, 0))
-    n_tr = len(_devices(trainer_gpus, 0))
+    n_inf = len(devices(inference_gpus, 0))
+    n_tr = len(devices(trainer_gpus, 0))
     if colocate is None:
         colocate = available == 1 and n_inf == 1 and n_tr <= 1
     if colocate:
-        inf = _devices(inference_gpus, 0)
+        inf = devices(inference_gpus, 0)
         if len(inf) != 1:
             raise VLLMLaunchError(f"colocated mode shares one GPU; inference gpus={inference_gpus!r} names {len(inf)}")
-        tr = _devices(trainer_gpus, 0) if not isinstance(trainer_gpus, int) else inf
+        tr = devices(trainer_gpus, 0) if not isinstance(trainer_gpus, int) else inf
         if tr and tr != inf:
             raise VLLMLaunchError(f"colocated mode: trainer gpus {list(tr)} must be the inference GPU {list(inf)}")
         return GPULayout(inf, inf, colocated=True)
-    inf = _devices(inference_gpus, 0)
-    tr = _devices(trainer_gpus, len(inf))
+    inf = devices(inference_gpus, 0)
+    tr = devices(trainer_gpus, len(inf))
     overlap = sorted(set(inf) & set(tr))
     if overlap:
         raise VLLMLaunchError(f"inference and trainer GPUs overlap on {overlap}; give disjoint lists, or one GPU "
@@ -80,13 +80,3 @@ def plan_gpus(inference_gpus: int | list[int] | None, trainer_gpus: int | list[i
         if used and max(used) >= available:
             raise VLLMLaunchError(f"the layout needs GPU ids {sorted(used)} but only {available} GPU(s) are visible")
     return GPULayout(inf, tr, colocated=False)
-
-
-
-def _cuda_count() -> int | None:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else None
-    except Exception:
-        return None

@@ -1,0 +1,174 @@
+"""Seconds per step as the user sees it, RLTrainer vs TRL's GRPOTrainer: `train()` wall time / steps.
+
+Alternating pairs in one process (the order flips every pair so a change in machine load hits both alike), on
+two workloads, same model, environment, batch, group size, max_tokens, learning rate,
+steps, fp32 on CPU, no checkpoints and logging every step on both sides, RLTrainer with `max_async_level` <= 1:
+
+- `short`: the random-init tiny model learning to write lowercase letters (`letters_env`), full fine-tuning, 32 rollouts = 4 prompts x 8, 24 new tokens, lr 3e-3;
+- `lora`: reverse-text (offline), LoRA r=8 on the projections, 64 rollouts = 8 x 8, 48 new tokens, lr 2e-4 (rl_vs_trl.py's settings;
+  `--model` a warm-started model, default the tiny model).
+
+Prints per pair the two times and their ratio, then the median ratio and the train reward of the last
+`--tail` steps on each side (mean over pairs +- s.e.).
+
+    python benchmarks/speed_vs_trl.py [--workload short|lora|both] [--pairs 5] [--steps 12] [--model DIR] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORKLOADS = {
+    "short": dict(full=True, batch_size=32, group=8, max_tokens=24, lr=3e-3),
+    "lora": dict(full=False, batch_size=64, group=8, max_tokens=48, lr=2e-4),
+}
+
+
+def letters_env():
+    """The short workload's task: any prompt, reward = fraction of the completion's characters that are lowercase
+    ASCII letters (a random-init byte-level model starts near 26/256 and learns it in tens of steps)."""
+    from datasets import Dataset
+
+    import verifiers_rl as vf
+
+    def letters(completion) -> float:
+        text = "".join(str(m.get("content") or "") for m in completion) if isinstance(completion, list) else completion
+        return sum("a" <= ch <= "z" for ch in text) / max(len(text), 1)
+
+    rows = [{"question": f"Write something ({i}).", "answer": ""} for i in range(512)]
+    return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[letters]))
+
+
+def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int) -> tuple[float, list[float]]:
+    import verifiers_rl as vf
+
+    args = vf.RLConfig(output_dir=out, max_steps=steps, batch_size=w["batch_size"], rollouts_per_example=w["group"],
+                       micro_batch_size=w["batch_size"], max_tokens=w["max_tokens"], max_seq_len=256,
+                       max_prompt_len=128, learning_rate=w["lr"], lr_scheduler_type="constant",
+                       use_lora=not w["full"], temperature=1.0, save_strategy="no", seed=seed, scale_rewards="none",
+                       sample_log_interval=0, logging_steps=1, report_to="none")
+    trainer = vf.RLTrainer(model_dir, env, args)
+    t0 = time.perf_counter()
+    trainer.train()
+    dt = time.perf_counter() - t0
+    trainer.close()
+    rec = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    return dt / steps, [r["reward/all/mean"] for r in rec if "reward/all/mean" in r]
+
+
+def run_trl(model_dir: str, env, w: dict, steps: int, out: str, seed: int) -> tuple[float, list[float]]:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    rows = [{"prompt": r["prompt"], "answer": r["answer"]} for r in env.get_dataset().to_list()]
+    rewards: list[float] = []
+
+    def env_reward(prompts, completions, answer, **kw) -> list[float]:
+        states = [{"prompt": p, "completion": c, "answer": x, "task": "default", "info": {}, "trajectory": []}
+                  for p, c, x in zip(prompts, completions, answer)]
+        env.rubric.score_group_sync(states)
+        out_ = [float(s["reward"]) for s in states]
+        rewards.append(sum(out_) / len(out_))
+        return out_
+
+    peft_config = None
+    if not w["full"]:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=8, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                 "down_proj"])
+    config = GRPOConfig(
+        output_dir=out, max_steps=steps, learning_rate=w["lr"], lr_scheduler_type="constant",
+        per_device_train_batch_size=w["batch_size"], gradient_accumulation_steps=1, num_generations=w["group"],
+        max_completion_length=w["max_tokens"], temperature=1.0, top_p=1.0, beta=0.0, loss_type="dapo",
+        scale_rewards="none", num_iterations=1, seed=seed, bf16=False, gradient_checkpointing=False,
+        use_cpu=not torch.cuda.is_available(), logging_steps=1, save_strategy="no", report_to="none",
+        disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=True)
+    trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=config, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, peft_config=peft_config)
+    t0 = time.perf_counter()
+    trainer.train()
+    return (time.perf_counter() - t0) / steps, rewards
+
+
+def _mean_se(xs: list[float]) -> tuple[float, float]:
+    m = sum(xs) / len(xs)
+    se = (statistics.stdev(xs) / len(xs) ** 0.5) if len(xs) > 1 else float("nan")
+    return m, se
+
+
+def bench(name: str, model_dir: str, env, a) -> None:
+    w = WORKLOADS[name]
+    ratios, ours_s, trl_s, ours_r, trl_r = [], [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(a.pairs):
+            order = [("ours", run_ours), ("trl", run_trl)]
+            if pair % 2:
+                order.reverse()
+            got = {}
+            for side, fn in order:
+                got[side] = fn(model_dir, env, w, a.steps, f"{tmp}/{name}-{side}-{pair}", a.seed + pair)
+            (so, ro), (st, rt) = got["ours"], got["trl"]
+            ours_s.append(so)
+            trl_s.append(st)
+            ours_r.append(sum(ro[-a.tail:]) / len(ro[-a.tail:]))
+            trl_r.append(sum(rt[-a.tail:]) / len(rt[-a.tail:]))
+            ratios.append(so / st)
+            print(f"[{name}] pair {pair}: RLTrainer {so:.3f} s/step, TRL {st:.3f} s/step, ratio {so / st:.2f}",
+                  flush=True)
+    (mo, eo), (mt, et) = _mean_se(ours_r), _mean_se(trl_r)
+    print(f"\n[{name}] {'full' if w['full'] else 'LoRA r=8'}, {a.steps} steps, batch {w['batch_size']} = "
+          f"{w['batch_size'] // w['group']} x {w['group']}, max_tokens {w['max_tokens']}, lr {w['lr']}, "
+          f"model {model_dir}")
+    print(f"[{name}] median s/step: RLTrainer {statistics.median(ours_s):.3f}, TRL {statistics.median(trl_s):.3f}")
+    print(f"[{name}] RLTrainer / TRL seconds per step, median of {a.pairs} alternating pairs: "
+          f"{statistics.median(ratios):.2f}  (pairs: {', '.join(f'{r:.2f}' for r in ratios)})")
+    print(f"[{name}] train reward, last {a.tail} steps: RLTrainer {mo:.3f} +- {eo:.3f}, TRL {mt:.3f} +- {et:.3f}\n",
+          flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", default="both", choices=["short", "lora", "both"])
+    p.add_argument("--pairs", type=int, default=5)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--tail", type=int, default=3, help="train reward averaged over the last N steps")
+    p.add_argument("--model", help="model dir for the lora workload (default: the tiny model)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads for both trainers (0: torch's default). On a loaded machine the "
+                        "default OpenMP threads of a main-thread generate stall on each other: 1 compares fairly")
+    a = p.parse_args()
+    if a.threads:
+        os.environ["OMP_NUM_THREADS"] = str(a.threads)  # before torch loads: worker threads read it too
+        import torch
+
+        torch.set_num_threads(a.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print("command: python " + " ".join(sys.argv), flush=True)
+
+    from verifiers_rl.envs.loading import load_environment
+    from verifiers_rl.models.tiny import build_tiny_model
+
+    envs = {"short": letters_env(),
+            "lora": load_environment("reverse-text", dataset_source="offline", num_eval_examples=16)}
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = str(build_tiny_model(f"{tmp}/tiny"))
+        for name in (["short", "lora"] if a.workload == "both" else [a.workload]):
+            bench(name, a.model if (name == "lora" and a.model) else tiny, envs[name], a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""Issue 15, "no walls for a newcomer": lengths that follow what the user set, steps that train nothing are said
+out loud (and stop the run), network failures end in one line, the metrics plot."""
+
+from __future__ import annotations
+
+import pytest
+
+from verifiers_rl.config.loading import ConfigError
+from verifiers_rl.config.schema import resolve_run
+
+SHAPE = dict(batch_size=32, micro_batch_size=8, rollouts_per_example=8)
+
+
+# --- lengths derived from what the user set ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, prompt_len, max_tokens", [
+    (dict(max_seq_len=128), 64, None),                        # was refused: the default 512 did not fit
+    (dict(max_seq_len=256, max_tokens=48), 208, 48),          # max_prompt_len = max_seq_len - max_tokens
+    (dict(max_tokens=128), 1920, 128),                        # the default max_seq_len 2048 - 128
+    (dict(), 512, None),                                      # nothing set: the old default
+    (dict(max_seq_len=256, max_prompt_len=100), 100, None),   # explicit wins; max_tokens: what the prompt leaves
+])
+def test_unset_lengths_follow_the_ones_set(tmp_path, kwargs, prompt_len, max_tokens):
+    from verifiers_rl.trainer.config import RLConfig
+
+    cfg = RLConfig(output_dir=str(tmp_path / "r"), **SHAPE, **kwargs)
+    assert (cfg.max_prompt_len, cfg.max_tokens) == (prompt_len, max_tokens)
+    # whatever is derived fits: a prompt of max_prompt_len tokens still leaves room for the completion
+    assert cfg.sampling_args(prompt_len=cfg.max_prompt_len).get("max_tokens", 1) >= 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_seq_len=128, max_prompt_len=128), "max_prompt_len=128 must be < max_seq_len=128"),
+    (dict(max_seq_len=128, max_tokens=128), "max_tokens=128 must be in [1, max_seq_len=128)"),
+    (dict(max_seq_len=1), "max_seq_len=1 leaves no room"),
+])
+def test_an_explicit_conflict_is_still_one_line(tmp_path, kwargs, message):
+    from verifiers_rl.trainer.config import RLConfig
+
+    with pytest.raises(ValueError) as e:
+        RLConfig(output_dir=str(tmp_path / "r"), **SHAPE, **kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_toml_path_derives_the_same(tmp_path):
+    base = {"model": "m", "env": {"id": "reverse-text"}}
+    args = {"output_dir": str(tmp_path / "o"), **SHAPE}
+    run = resolve_run({**base, "trainer": {"args": {**args, "max_seq_len": 128}}}, check_environments=False)
+    assert run.args.max_prompt_len == 64
+    run = resolve_run({**base, "trainer": {"args": {**args, "max_seq_len": 256, "max_tokens": 56}}},
+                      check_environments=False)
+    assert run.args.max_prompt_len == 200
+    with pytest.raises(ConfigError) as e:
+        resolve_run({**base, "trainer": {"args": {**args, "max_seq_len": 128, "max_prompt_len": 200}}},
+                    check_environments=False)
+    assert str(e.value).startswith("trainer.args.max_prompt_len: max_prompt_len=200 must be < max_seq_len=128")
+
+
+# --- steps that train nothing ------------------------------------------------------------------------------------
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "configs" / "vf-rl" / "quickstart.toml"
+
+
+def _reverse_env():
+    import verifiers_rl as vf
+
+    words = ["apple", "river", "stone", "cloud"]
+    return vf.SingleTurnEnv(dataset=[{"question": w, "answer": w[::-1]} for w in words],
+                            system_prompt="Reverse the word.", rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+
+
+def test_a_step_that_trains_nothing_warns_and_three_in_a_row_stop_the_run(tiny_model_dir, tmp_path, capsys):
+    """The notebook case of the issue: every chat-templated prompt is longer than max_prompt_len."""
+    import verifiers_rl as vf
+    from verifiers_rl.errors import TrainingStalledError
+
+    args = vf.RLConfig(output_dir=str(tmp_path / "rl"), max_steps=6, batch_size=8, rollouts_per_example=4,
+                       micro_batch_size=8, max_tokens=4, max_seq_len=64, max_prompt_len=8, save_steps=100,
+                       logging_steps=1, sample_log_interval=0, disable_tqdm=True, seed=0)
+    trainer = vf.RLTrainer(str(tiny_model_dir), _reverse_env(), args)
+    with pytest.raises(TrainingStalledError) as e:
+        trainer.train()
+    msg = str(e.value)
+    assert msg.startswith("stopped at step 3: 3 steps in a row trained nothing: prompt_too_long: 8 of 8 rollouts "
+                          "dropped (prompts up to ") and "max_prompt_len" in msg and "\n" not in msg
+    out = capsys.readouterr().out
+    assert "warning: step 1 trained nothing: prompt_too_long: 8 of 8 rollouts dropped" in out
+    assert "warning: step 2 trained nothing" in out and trainer.state.global_step == 3
+
+
+def test_a_step_with_tokens_resets_the_count():
+    from types import SimpleNamespace
+
+    from verifiers_rl.trainer.empty_steps import EmptyStepWatch, diagnose
+
+    args = SimpleNamespace(max_prompt_len=None, mask_truncated_completions=False)
+    bad = [{"error": ValueError("tool blew up"), "trajectory": []}] * 2
+    assert diagnose(bad, args) == ("errored: 2 of 2 rollouts errored (first: ValueError: tool blew up); fix the "
+                                   "environment (the rollouts' `error` is in the eval/trainer logs) or the server")
+    warned: list[str] = []
+    watch = EmptyStepWatch(limit=2)
+    watch.check(1, bad, args, warned.append)
+    watch.check(2, [], args, warned.append)  # no rollouts: nothing to say, the count restarts
+    watch.check(3, bad, args, warned.append)
+    assert len(warned) == 2 and watch.in_a_row == 1
+
+
+def test_vf_rl_ends_a_run_that_trains_nothing_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    script = __import__("pathlib").Path(sys.executable).with_name("vf-rl")
+    r = subprocess.run([str(script), "@", str(QUICKSTART), "--tiny_model.path", str(tmp_path / "tiny"),
+                        "--no-warmup", "--no-eval", "--trainer.args.max-steps", "10", "--trainer.args.batch-size",
+                        "16", "--trainer.args.micro-batch-size", "16", "--trainer.args.max-prompt-len", "8",
+                        "--output-dir", str(tmp_path / "rl")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    line = _one_error_line(r)  # the trainer's stderr comes through the supervisor's stdout
+    assert line.startswith("error: stopped at step 3: 3 steps in a row trained nothing: prompt_too_long: 16 of 16 "
+                           "rollouts dropped")
+    assert "warning: step 1 trained nothing" in r.stdout
+
+
+# --- the plot ----------------------------------------------------------------------------------------------------
+
+
+def _metrics(path, records):
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_the_plot_smooths_the_reward_and_leaves_out_an_empty_eval_panel(tmp_path):
+    from verifiers_rl.plots import panel_titles, plot_run, smooth
+
+    train = [{"step": s, "reward/all/mean": 0.5 + 0.1 * (-1) ** s, "loss/mean": 0.1, "time/step": 1.0}
+             for s in range(1, 41)]
+    _metrics(tmp_path / "no-eval", train)
+    assert "held-out eval reward" not in panel_titles(tmp_path / "no-eval")
+    assert plot_run(tmp_path / "no-eval").stat().st_size > 0
+    # the noisy ±0.1 alternation is smoothed to ~0.5 (a 4-step trailing mean of this series)
+    assert all(abs(v - 0.5) < 0.03 for v in smooth([r["reward/all/mean"] for r in train])[4:])
+    # before RL (step 0), the periodic one and after RL (last step): one series on its own panel
+    evals = [{"step": s, f"eval/reverse-text/reward/mean": v} for s, v in ((0, 0.4), (20, 0.5), (40, 0.6))]
+    _metrics(tmp_path / "eval", train + evals)
+    assert panel_titles(tmp_path / "eval") == ["train reward", "held-out eval reward", "loss", "step time (s)"]
+    assert plot_run(tmp_path / "eval").stat().st_size > 0
+
+
+# --- network failures: one line, fast, exit != 0, no traceback ----------------------------------------------------
+# An unreachable hub is HF_ENDPOINT on a closed local port (HF_HUB_OFFLINE cleared, an empty cache); a server that
+# never answers is a local socket that accepts connections (the kernel's backlog) and never reads.
+
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+BIN = __import__("pathlib").Path(sys.executable).parent
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def silent_server():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    s.close()
+
+
+def _cli(tmp_path, *cmd, hub_down: bool = True, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home")}  # an empty cache: nothing was ever downloaded
+    if hub_down:
+        env.pop("HF_HUB_OFFLINE", None)
+        env["HF_ENDPOINT"] = f"http://127.0.0.1:{_closed_port()}"
+    t0 = time.monotonic()
+    r = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+def _one_error_line(r: subprocess.CompletedProcess) -> str:
+    out = r.stdout + r.stderr
+    assert r.returncode not in (0, None), out[-3000:]
+    assert "Traceback" not in out and "Retrying" not in out, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out[-3000:]
+    return errors[0]
+
+
+def test_vf_eval_hub_model_unreachable_hub(tmp_path):
+    r, seconds = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "offline"}', "-m",
+                      "nobody/no-model", "-n", "1")
+    line = _one_error_line(r)
+    assert line.startswith("error: model 'nobody/no-model': not a local dir and not in the Hugging Face cache, and "
+                           "the model hub http://127.0.0.1:") and "connection refused" in line
+    assert "local model dir" in line and "HF_HUB_OFFLINE=1" in line
+    assert "note: the model hub" in r.stderr and "working offline" in r.stderr  # probed once, then offline
+    assert seconds < 120  # no retry storm (the libraries' retries took minutes); imports alone take ~10-20 s here
+
+
+def test_vf_eval_hub_dataset_unreachable_hub_names_dataset_source(tmp_path, tiny_model_dir):
+    r, _ = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "hub"}', "-m", str(tiny_model_dir))
+    line = _one_error_line(r)
+    assert line.startswith("error: environment 'reverse-text': its dataset is not in the local cache and the model "
+                           "hub http://127.0.0.1:") and "dataset_source=offline" in line
+
+
+def test_vf_eval_debug_shows_the_traceback(tmp_path):
+    r, _ = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "hub"}', "-m", "m", "--debug")
+    assert r.returncode == 1 and "Traceback" in r.stderr and r.stderr.rstrip().splitlines()[-1].startswith("error:")
+
+
+def test_vf_eval_unreachable_and_silent_servers(tmp_path, silent_server):
+    args = ["vf-eval", "reverse-text", "-a", '{"dataset_source": "offline"}', "-m", "m", "-n", "1", "-b"]
+    r, _ = _cli(tmp_path, *args, f"http://127.0.0.1:{_closed_port()}/v1", hub_down=False)
+    line = _one_error_line(r)
+    assert line.startswith("error: inference server http://127.0.0.1:") and "cannot connect" in line
+    assert "start it" in line
+    r, seconds = _cli(tmp_path, *args, silent_server, hub_down=False)
+    line = _one_error_line(r)
+    assert line == (f"error: inference server {silent_server}: accepted the connection but did not answer within "
+                    "10 s; check that it is an OpenAI-compatible server and that it finished starting (its log)")
+    assert seconds < 120
+
+
+def test_vf_sft_hub_dataset_unreachable_hub(tmp_path, tiny_model_dir):
+    (tmp_path / "sft.toml").write_text(f'model = "{tiny_model_dir}"\n[data]\npath = "nobody/no-data"\n'
+                                       f'[trainer]\noutput_dir = "{tmp_path / "out"}"\nmax_steps = 1\n')
+    r, _ = _cli(tmp_path, "vf-sft", "@", str(tmp_path / "sft.toml"))
+    line = _one_error_line(r)
+    assert line.startswith("error: data.path: dataset 'nobody/no-data' is not in the local cache and the model hub")
+    assert "local .jsonl" in line
+
+
+def test_vf_rl_hub_model_and_silent_server(tmp_path, silent_server):
+    common = ["vf-rl", "@", str(QUICKSTART), "--no-tiny-model", "--no-warmup", "--no-eval", "--output-dir",
+              str(tmp_path / "rl"), "--trainer.args.max-steps", "2"]
+    r, _ = _cli(tmp_path, *common, "--model", "nobody/no-model")
+    line = _one_error_line(r)
+    assert line.startswith("error: model 'nobody/no-model': not a local dir and not in the Hugging Face cache")
+    r, _ = _cli(tmp_path, *common, "--model", "nobody/no-model", "--inference.backend", "vllm", "--inference.urls",
+                f'["{silent_server}"]', hub_down=False)
+    line = _one_error_line(r)
+    assert line.startswith(f"error: inference.urls: inference server {silent_server}: accepted the connection but "
+                           "did not answer within 10 s")

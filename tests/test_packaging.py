@@ -1,0 +1,188 @@
+"""The installed package is the product (issue 16).
+
+- No runtime module computes a path from `__file__` up out of the package into the repository (a static check of
+  every module under verifiers_rl/, itself checked on known-bad snippets).
+- The wheel end to end, as a new user meets it: `uv build --wheel`, a fresh venv with the lock's versions (uv,
+  from its cache when it can), `vf-setup --vf-rl` in an empty directory, the quickstart with a few warm-up and RL
+  steps (it must leave a checkpoint), and `vf-eval` on each of the six examples with the quickstart's tiny model.
+  Nothing of the repository is reachable from there: cwd is an empty temporary directory, PYTHONPATH is cleared.
+  Marked `slow`; it runs in the plain `uv run pytest` (CI) and needs uv, as CI has.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "verifiers_rl"
+EXAMPLES = ["reverse-text", "alphabet-sort", "gsm8k", "math-python", "wiki-search", "wordle"]
+
+# --- static: no path from __file__ up into the repository -----------------------------------------------------------
+_SAME_LEVEL_CALLS = ("Path", "PurePath", "str", "fspath", "abspath", "realpath", "normpath", "expanduser")
+
+
+def _call_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _step(node: ast.AST, parent: ast.AST, parents: dict) -> tuple[ast.AST, int] | None:
+    """How many levels `parent` climbs from the path `node` (negative: descends); None when it is no path step."""
+    if isinstance(parent, ast.Call) and node in parent.args:
+        name = _call_name(parent.func)
+        if name == "dirname":
+            return parent, 1
+        if name == "join":
+            return parent, sum(_parts(a) for a in parent.args if a is not node)
+        return (parent, 0) if name in _SAME_LEVEL_CALLS else None
+    if isinstance(parent, ast.Call) and parent.func is node:  # .resolve(), .with_name("x"), .joinpath("..")
+        return parent, 0
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Div) and parent.left is node:
+        return parent, _parts(parent.right)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        if parent.attr == "parent":
+            return parent, 1
+        if parent.attr == "parents":
+            sub = parents.get(parent)
+            if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant):
+                return sub, int(sub.slice.value) + 1
+            return parent, 99  # parents[i] with a computed i: can reach anywhere
+        if parent.attr == "joinpath":
+            call = parents.get(parent)
+            return (call, sum(_parts(a) for a in call.args)) if isinstance(call, ast.Call) else None
+        return parent, 0
+    return None
+
+
+def _parts(arg: ast.AST) -> int:
+    """Levels a joined constant climbs ('..' up, a name down); a non-constant part counts as a name."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return sum(1 if p == ".." else -1 for p in arg.value.split("/") if p not in ("", "."))
+    return -1
+
+
+def file_path_escapes(source: str, levels_in_package: int) -> list[int]:
+    """Line numbers where a path built from `__file__` climbs above the package root. `levels_in_package`: how
+    many folders the module sits below the package root's parent (verifiers_rl/cli/setup.py: 2)."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    bad = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and node.id == "__file__"):
+            continue
+        cur, level, peak = node, 0, 0  # level 0: the module file; 1: its folder; ...
+        while (parent := parents.get(cur)) is not None and (step := _step(cur, parent, parents)) is not None:
+            cur, level = step[0], level + step[1]
+            peak = max(peak, level)
+        if peak > levels_in_package:
+            bad.append(node.lineno)
+    return bad
+
+
+def test_the_path_check_catches_known_escapes():
+    bad = ["ROOT = Path(__file__).resolve().parents[2]",
+           "ROOT = Path(__file__).parent.parent.parent / 'environments'",
+           "ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))",
+           "ROOT = os.path.join(os.path.dirname(__file__), '..', '..')",
+           "ROOT = Path(__file__).parent / '../..' / 'configs'",
+           "ROOT = Path(__file__).resolve().parents[i]"]
+    good = ["HERE = Path(__file__).resolve().parents[1] / 'config' / 'workspace'",
+            "W = str(Path(__file__).with_name('worker.py'))", "D = Path(__file__).parent / 'examples'",
+            "X = os.path.join(os.path.dirname(__file__), 'data.json')"]
+    for line in bad:
+        assert file_path_escapes("import os\nfrom pathlib import Path\n" + line, 2) == [3], line
+    for line in good:
+        assert file_path_escapes("import os\nfrom pathlib import Path\n" + line, 2) == [], line
+
+
+def test_no_runtime_module_computes_a_path_into_the_repository():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO)
+        for line in file_path_escapes(path.read_text(), len(rel.parts) - 1):
+            offenders.append(f"{rel}:{line}")
+    assert offenders == [], ("paths from __file__ up into the repository (ship the file in the package instead: "
+                             f"pyproject's force-include, verifiers_rl/shipped.py): {offenders}")
+
+
+# --- the wheel, installed, from an empty directory ------------------------------------------------------------------
+def _run(cmd: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def _uv_offline_first(uv_args: list[str], cwd: Path, env: dict) -> str:
+    """Run uv from its cache (offline); only if the cache lacks something, again with the index. Says which."""
+    r = subprocess.run(uv_args, cwd=cwd, env={**env, "UV_OFFLINE": "1"}, capture_output=True, text=True, timeout=600)
+    if r.returncode == 0:
+        return "offline"
+    _run(uv_args, cwd, env)
+    return "online (the uv cache lacked a package)"
+
+
+def _install_wheel(tmp: Path, env: dict) -> Path:
+    uv = shutil.which("uv")
+    dist, venv, reqs = tmp / "dist", tmp / "venv", tmp / "requirements.txt"
+    _uv_offline_first([uv, "build", "--wheel", "-o", str(dist)], REPO, env)
+    wheel = next(dist.glob("verifiers_rl-*.whl"))
+    # the lock's versions, exactly: what `uv sync --frozen` installs in the clone
+    _run([uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "--quiet", "-o", reqs], REPO, env)
+    _run([uv, "venv", "--quiet", "--python", sys.executable, venv], tmp, {**env, "UV_OFFLINE": "1"})
+    how = _uv_offline_first([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), "-r",
+                             str(reqs), str(wheel)], tmp, env)
+    print(f"wheel {wheel.name} installed {how}")
+    return venv / "bin"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("uv") is None, reason="needs uv (`pip install uv`), as CI has")
+def test_installed_wheel_runs_the_quickstart_and_every_example_from_an_empty_directory(tmp_path):
+    start = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "VF_VLLM_PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    bin_dir = _install_wheel(tmp_path, env)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    installed = time.monotonic()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _run([bin_dir / "vf-setup", "--vf-rl"], ws, env)
+    assert (ws / "configs" / "vf-rl" / "quickstart.toml").is_file()
+    # the package imports from the venv, not from the repository
+    r = _run([bin_dir / "python", "-c", "import verifiers_rl; print(verifiers_rl.__file__)"], ws, env)
+    assert Path(r.stdout.strip()).is_relative_to(bin_dir.parent), r.stdout
+    _run([bin_dir / "vf-rl", "@", "configs/vf-rl/quickstart.toml", "--trainer.args.max-steps", "2",
+          "--warmup.max-steps", "20"], ws, env, timeout=900)
+    rl = ws / "outputs" / "quickstart" / "rl"
+    checkpoints = sorted(p.name for p in rl.glob("checkpoint-*"))
+    assert checkpoints and checkpoints[-1] == "checkpoint-2", sorted(p.name for p in rl.iterdir())
+    quickstart = time.monotonic()
+    model = ws / "outputs" / "quickstart" / "tiny-model"
+    # one vf-eval per core at a time: each spends most of its time importing torch and transformers
+    jobs = max(1, min(3, os.cpu_count() or 1))
+    for i in range(0, len(EXAMPLES), jobs):
+        procs = {env_id: subprocess.Popen(
+            [str(bin_dir / "vf-eval"), env_id, "-m", str(model), "-n", "2", "-r", "1", "-t", "16", "--output",
+             str(ws / f"{env_id}.jsonl")], cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for env_id in EXAMPLES[i:i + jobs]}
+        for env_id, proc in procs.items():
+            _, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, f"vf-eval {env_id} failed ({proc.returncode}):\n{err[-3000:]}"
+            rows = [json.loads(line) for line in (ws / f"{env_id}.jsonl").read_text().splitlines()]
+            assert len(rows) == 2 and all(0.0 <= row["reward"] <= 1.0 for row in rows), env_id
+            assert "loaded" not in err, err[-1500:]  # nothing else of that name here: the shipped example loads
+    end = time.monotonic()
+    import resource
+
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"packaging test: install {installed - start:.0f} s, quickstart {quickstart - installed:.0f} s, "
+          f"6 examples {end - quickstart:.0f} s, total {end - start:.0f} s wall, "
+          f"{cpu.ru_utime + cpu.ru_stime:.0f} s CPU in subprocesses")

@@ -1,0 +1,57 @@
+"""The local engine's decode loop: a bare forward loop over a KV cache instead of HF `generate`.
+
+Per token it runs one forward of the last token (logits of that position only), the engine's sampler and stop
+criteria, and one write into a preallocated token buffer: no logits-processor chain, no per-step copies of the
+growing sequence, no `generate` bookkeeping. Left-padded rows get HF's position ids (count of real tokens
+before); rows that finished are fed the pad token until every row is done, as `generate` does.
+
+torch is imported at module level: only the batching worker imports this module, inside the function that runs
+a batch, so `import verifiers_rl` stays fast.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler: Any, stopper: Any,
+           max_new: int, pad_id: int) -> torch.Tensor:
+    """Prompt + generated ids [B, P + n], n <= max_new; `sampler.choose` picks each token, `stopper` ends rows.
+
+    Run under `torch.inference_mode()` with the model in eval mode (the caller's job)."""
+    B, P = input_ids.shape
+    device = input_ids.device
+    buf = torch.full((B, P + max_new), pad_id, dtype=torch.long, device=device)
+    buf[:, :P] = input_ids
+    mask = torch.ones((B, P + max_new), dtype=attention.dtype, device=device)
+    mask[:, :P] = attention
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    next_pos = attention.sum(-1, keepdim=True)  # the first new token's position in each row
+    extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **extra)
+    pad = torch.full((B,), pad_id, dtype=torch.long, device=device)
+    done = None
+    n = 0
+    for step in range(max_new):
+        tok = sampler.choose(buf[:, : P + step], out.logits[:, -1])
+        if done is not None:
+            tok = torch.where(done, pad, tok)
+        buf[:, P + step] = tok
+        n = step + 1
+        done = stopper(buf[:, : P + n], None)
+        if n == max_new or bool(done.all()):
+            break
+        out = model(input_ids=tok[:, None], attention_mask=mask[:, : P + n], position_ids=next_pos + step,
+                    past_key_values=out.past_key_values, use_cache=True, **extra)
+    return buf[:, : P + n]

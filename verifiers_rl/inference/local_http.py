@@ -1,0 +1,129 @@
+"""The local engine served as an OpenAI-compatible HTTP endpoint on 127.0.0.1, when asked.
+
+The trainer itself calls the engine in-process; this endpoint is for code that can only take a URL: judges and
+agents inside environments, or a real verifiers environment given a `ClientConfig(api_base_url=...)`. Routes:
+`POST /v1/chat/completions` (the engine's vLLM-shaped response: `prompt_token_ids`, per-choice `token_ids`,
+logprobs), `GET /v1/models`, `GET /health`. Bad requests answer 400 with OpenAI's error body, so the openai
+client raises `BadRequestError` as it would against vLLM. Streaming is not offered.
+
+Requests run on one private event loop (the engine batches concurrent requests per loop); the HTTP side is a
+stdlib threading server, so nothing beyond the standard library is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class LocalHTTPServer:
+    """`with LocalHTTPServer(engine) as srv: AsyncOpenAI(base_url=srv.base_url, api_key="local")`."""
+
+    def __init__(self, engine: Any, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 600.0):
+        self.engine = engine
+        self.timeout_s = timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="vf-local-http-loop", daemon=True)
+        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self._httpd.daemon_threads = True
+        self._http_thread = threading.Thread(target=self._httpd.serve_forever, name="vf-local-http", daemon=True)
+        self.host, self.port = self._httpd.server_address[:2]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> "LocalHTTPServer":
+        if not self._loop_thread.is_alive():
+            self._loop_thread.start()
+            self._http_thread.start()
+        return self
+
+    def stop(self) -> None:
+        if not self._loop_thread.is_alive():
+            return
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+        async def cancel_rest() -> None:  # the engine's batching worker lives on this loop: end it cleanly
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_rest(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> "LocalHTTPServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def complete(self, body: dict) -> dict:
+        """One chat completion on the engine, from the HTTP thread (blocks it, not the loop)."""
+        body = dict(body)
+        body.pop("stream_options", None)
+        fut = asyncio.run_coroutine_threadsafe(self.engine.chat_completion(**body), self._loop)
+        return fut.result(timeout=self.timeout_s).model_dump(exclude_none=True)
+
+
+def _error(status: int, message: str, kind: str) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def _handler(server: LocalHTTPServer) -> type:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: the openai client reuses connections
+
+        def _send(self, status: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0].rstrip("/")
+            if path == "/health":
+                self._send(200, {"status": "ok"})
+            elif path == "/v1/models":
+                self._send(200, {"object": "list", "data": [
+                    {"id": server.engine.model_name, "object": "model", "owned_by": "verifiers-rl"}]})
+            else:
+                self._send(404, _error(404, f"no route {self.path}", "NotFoundError"))
+
+        def do_POST(self) -> None:
+            path = self.path.split("?")[0].rstrip("/")
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if path != "/v1/chat/completions":
+                self._send(404, _error(404, f"no route {self.path}; the local engine serves /v1/chat/completions",
+                                       "NotFoundError"))
+                return
+            try:
+                body = json.loads(raw or b"{}")
+                if not isinstance(body, dict):
+                    raise ValueError("the request body must be a JSON object")
+                self._send(200, server.complete(body))
+            except Exception as e:
+                # the engine's BadRequestError (status 400), bad JSON or arguments: 400; anything else: 500
+                status = getattr(e, "status_code", None) or (400 if isinstance(e, (ValueError, TypeError)) else 500)
+                kind = "BadRequestError" if status == 400 else "InternalServerError"
+                self._send(status, _error(status, str(getattr(e, "message", None) or e), kind))
+
+        def log_message(self, *args: Any) -> None:
+            return None  # one line per request would drown the run's console
+
+    return Handler
+
+
+def serve_local_engine(engine: Any, port: int = 0) -> LocalHTTPServer:
+    """Start serving `engine` on 127.0.0.1 (port 0: a free one); `.base_url` is what to hand out; `.stop()`."""
+    return LocalHTTPServer(engine, port=port).start()

@@ -1,0 +1,63 @@
+"""The one object a trainer holds for inference: `Inference`.
+
+    inference = build_inference(plan, model=..., tokenizer=..., args=...)   # factory.py
+    inference.client          # AsyncOpenAI-shaped: what environments call
+    inference.base_url        # the server's URL (None for the in-process engine)
+    inference.model_name()    # the name to send with each request (changes with LoRA versions)
+    inference.inline          # generation shares the policy object: run it between optimizer steps
+    inference.sync(model, v)  # serve `model`'s weights as policy version v
+    inference.metrics()       # the last sync's timings
+    inference.close()         # stop what it started
+
+The local engine (`LocalInference`) and vLLM (`vllm_backend.VLLMBackend`) are the implementations; the plan
+(`verifiers_rl.plan.InferencePlan`) says which and how weights move.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifiers_rl.inference.weight_sync import SharedWeights, SnapshotWeights, WeightSync
+
+
+class Inference:
+    client: Any
+    weight_sync: WeightSync
+    base_url: str | None = None
+    inline: bool = False
+
+    def model_name(self) -> str:
+        return self.weight_sync.model_name()
+
+    def sync(self, model: Any, version: int) -> None:
+        self.weight_sync.sync(model, version)
+
+    def metrics(self) -> dict[str, float]:
+        return dict(getattr(self.weight_sync, "metrics", dict)())
+
+    def server_pids(self) -> list[int]:
+        """Processes it started (vf-rl stop ends them too)."""
+        return []
+
+    def close(self) -> None:
+        self.weight_sync.close()
+
+
+class LocalInference(Inference):
+    """The in-process engine: generating with the policy itself between steps ('shared'), or with a copy
+    refreshed after each step so the next step's rollouts come while this one trains ('snapshot')."""
+
+    def __init__(self, model: Any, tokenizer: Any, weight_sync: str, max_model_len: int | None = None):
+        from verifiers_rl.inference.local_engine import LocalEngine
+
+        if weight_sync == "snapshot":
+            import copy
+
+            snapshot = copy.deepcopy(model).eval().requires_grad_(False)
+            self.engine = LocalEngine(snapshot, tokenizer, model_name="policy", max_model_len=max_model_len)
+            self.weight_sync = SnapshotWeights(self.engine)
+        else:
+            self.engine = LocalEngine(model, tokenizer, model_name="policy", max_model_len=max_model_len)
+            self.weight_sync = SharedWeights("policy")
+            self.inline = True
+        self.client = self.engine.client

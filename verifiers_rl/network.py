@@ -1,0 +1,179 @@
+"""Network failures as one line: the model hub (probed once, before anything loads, so an unreachable hub costs
+seconds instead of minutes of library retries) and inference servers (one request with a deadline before the
+rollouts). No heavy imports: the console scripts call this first."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+from urllib.parse import urlsplit
+
+PROBE_TIMEOUT_S = 3.0
+SERVER_TIMEOUT_S = 10.0
+# Set by `go_offline_if_hub_unreachable` (inherited by the processes vf-rl starts): why we went offline.
+UNREACHABLE_ENV = "VF_HUB_UNREACHABLE"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def hub_url() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def _connect_error(url: str, timeout: float) -> str | None:
+    """Why a TCP connection to `url`'s host can't be made within `timeout` (DNS included), or None."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    result: list[str | None] = []
+
+    def attempt() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                result.append(None)
+        except socket.gaierror:
+            result.append(f"cannot resolve {host}")
+        except ConnectionRefusedError:
+            result.append("connection refused")
+        except (TimeoutError, socket.timeout):
+            result.append(f"no answer within {timeout:.0f} s")
+        except OSError as e:
+            result.append(e.strerror or type(e).__name__)
+
+    # getaddrinfo has no timeout of its own: a thread bounds the whole probe.
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(timeout + 0.5)
+    return result[0] if result else f"no answer within {timeout:.0f} s"
+
+
+_probed: dict[str, str | None] = {}
+
+
+def hub_unreachable(timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub can't be reached (probed once per process and endpoint), or None (also when offline)."""
+    if hub_offline():
+        return None
+    url = hub_url()
+    if url not in _probed:
+        _probed[url] = _connect_error(url, timeout)
+    return _probed[url]
+
+
+def go_offline_if_hub_unreachable(timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """When the hub can't be reached, set HF_HUB_OFFLINE=1 for this process and the ones it starts (before
+    transformers / datasets are imported: they read it once) and return a note saying so; else None."""
+    why = hub_unreachable(timeout)
+    if why is None:
+        return None
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ[UNREACHABLE_ENV] = f"{hub_url()} ({why})"
+    return (f"the model hub {hub_url()} cannot be reached ({why}): working offline (HF_HUB_OFFLINE=1), "
+            "models and datasets come from the local cache")
+
+
+def hub_state() -> str:
+    why = os.environ.get(UNREACHABLE_ENV)
+    if why:
+        return f"the model hub {why} cannot be reached"
+    if hub_offline():
+        return "HF_HUB_OFFLINE=1 is set"
+    return f"the model hub {hub_url()} cannot be reached"
+
+
+_HUB_MARKERS = ("OfflineModeIsEnabled", "LocalEntryNotFoundError", "couldn't connect to", "Couldn't reach",
+                "offline mode", "Connection refused", "Failed to establish a new connection", "ConnectError",
+                "Max retries exceeded", "Name or service not known", "Temporary failure in name resolution")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def is_hub_failure(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is a failed / forbidden trip to the hub."""
+    for e in _chain(exc):
+        text = f"{type(e).__name__}: {e}"
+        if any(m.lower() in text.lower() for m in _HUB_MARKERS):
+            return True
+    return False
+
+
+@contextmanager
+def hub_failures_as(message: Callable[[], str]) -> Iterator[None]:
+    """Re-raise a failed trip to the hub inside the block as NetworkError(message()), one line."""
+    from verifiers_rl.errors import NetworkError
+
+    try:
+        yield
+    except NetworkError:
+        raise
+    except Exception as e:
+        if is_hub_failure(e):
+            raise NetworkError(message()) from e
+        raise
+
+
+def model_hub_message(model: str) -> str:
+    return (f"model {model!r}: not a local dir and not in the Hugging Face cache, and {hub_state()}; pass a local "
+            "model dir (vf-tiny-model DIR builds an offline one), or download it where the hub is reachable "
+            "(then HF_HUB_OFFLINE=1 reads it from the cache)")
+
+
+def dataset_hub_message(env_id: str, takes_dataset_source: bool) -> str:
+    fix = ("pass dataset_source=offline (vf-eval -a '{\"dataset_source\": \"offline\"}', or [env] args)"
+           if takes_dataset_source else "run where the hub is reachable once (the dataset is then cached)")
+    return f"environment {env_id!r}: its dataset is not in the local cache and {hub_state()}; {fix}"
+
+
+def takes_dataset_source(env_id: str) -> bool:
+    """Whether the environment's load_environment() has a `dataset_source` argument."""
+    import inspect
+
+    try:
+        from verifiers_rl.envs.loading import _import_env_module
+
+        loader = getattr(_import_env_module(env_id), "load_environment", None)
+        return loader is not None and "dataset_source" in inspect.signature(loader).parameters
+    except Exception:
+        return False
+
+
+# --- inference servers ---------------------------------------------------------------------------------------------
+
+
+def check_server(base_url: str, timeout: float = SERVER_TIMEOUT_S) -> str | None:
+    """One GET of `<base_url>/models` with a deadline: None when the server answers (any HTTP status), else one
+    line saying what failed and what to do."""
+    import urllib.error
+    import urllib.request
+
+    base_url = base_url.rstrip("/")
+    url = base_url + "/models"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered (an auth error or a missing route is the client's business)
+    except (TimeoutError, socket.timeout):
+        return (f"inference server {base_url}: accepted the connection but did not answer within {timeout:.0f} s; "
+                "check that it is an OpenAI-compatible server and that it finished starting (its log)")
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            return (f"inference server {base_url}: no answer within {timeout:.0f} s; check that it is an "
+                    "OpenAI-compatible server and that it finished starting (its log)")
+        why = getattr(reason, "strerror", None) or str(reason)
+        return (f"inference server {base_url}: cannot connect ({why}); start it (e.g. vllm serve MODEL) or fix "
+                "the URL")

@@ -1,0 +1,76 @@
+"""Which inference runtime a trainer uses and how new weights reach it: `InferencePlan`.
+
+`plan_inference` is the one decision; `inference_plan_for(args, ...)` reads an RLConfig's settings for it (a
+notebook's `RLTrainer`), `plan_launch` (launch.py) reads a vf-rl config's."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from verifiers_rl.errors import VLLMLaunchError
+from verifiers_rl.plan.transfer import resolve_transfer
+
+LOCAL_SYNCS = ("shared", "snapshot")
+
+
+@dataclass
+class InferencePlan:
+    """backend 'local': the in-process engine, generating with the policy itself (`shared`) or with a copy
+    refreshed after each step (`snapshot`, one step ahead). backend 'vllm': servers at `urls` (never started or
+    stopped by us), or one started here (`start_server`; one already answering at host:port is used instead);
+    new weights by `weight_sync` ('lora' adapter hot-swap, 'nccl' / 'gloo' native transfer, 'disk' reload)."""
+
+    backend: str
+    weight_sync: str
+    urls: list[str] = field(default_factory=list)
+    start_server: bool = False
+    host: str = "127.0.0.1"
+    port: int | None = None
+    transfer_host: str | None = None
+    colocated: bool = False
+
+    @property
+    def inline(self) -> bool:
+        """Generation runs between optimizer steps in the trainer's thread, with the policy object itself."""
+        return self.backend == "local" and self.weight_sync == "shared"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "InferencePlan":
+        return cls(**data)
+
+
+def plan_inference(*, backend: str, urls: list[str], host: str, port: int | None, local_async: bool,
+                   use_lora: bool, transfer: str, transfer_host: str | None, cuda: bool, vllm_in_trainer: bool,
+                   server_given: bool = False, colocated: bool = False) -> InferencePlan:
+    """backend 'auto': vLLM when servers are given (urls, a port, a server config), else the local engine.
+    Raises VLLMLaunchError (one line) for a weight transfer these servers can't take."""
+    if backend == "auto":
+        backend = "vllm" if (urls or port or server_given) else "local"
+    if backend == "local":
+        return InferencePlan("local", "snapshot" if local_async else "shared")
+    reach = list(urls) or ([f"http://{host}:{port}"] if port else [])
+    try:
+        sync = resolve_transfer(transfer, use_lora=use_lora, cuda=cuda, vllm_in_trainer=vllm_in_trainer,
+                                urls=reach, transfer_host=transfer_host, shared_gpu=not urls and colocated)
+    except ValueError as e:
+        raise VLLMLaunchError(str(e)) from None
+    return InferencePlan("vllm", sync, list(urls), start_server=not urls, host=host, port=port,
+                         transfer_host=transfer_host, colocated=colocated and not urls)
+
+
+def inference_plan_for(args: Any, *, cuda: bool, server_config: Any = None) -> InferencePlan:
+    """The plan for an RLTrainer built in a script or notebook: its RLConfig, where its model lives, and the
+    vLLM server config it was given (if any)."""
+    from verifiers_rl.plan.hardware import vllm_importable
+
+    colocate = getattr(server_config, "colocate", None) if not isinstance(server_config, dict) \
+        else server_config.get("colocate")
+    return plan_inference(
+        backend=args.inference_backend, urls=list(args.vllm_server_urls or []), host=args.vllm_server_host,
+        port=args.vllm_server_port, local_async=bool(args.local_async), use_lora=bool(args.use_lora),
+        transfer=args.vllm_weight_transfer, transfer_host=args.vllm_weight_transfer_host, cuda=cuda,
+        vllm_in_trainer=vllm_importable(), server_given=server_config is not None, colocated=bool(colocate))

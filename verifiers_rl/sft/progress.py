@@ -1,0 +1,49 @@
+"""The SFT console: one rich progress bar with the latest loss, instead of transformers' printed log dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+class SFTProgress(TrainerCallback):
+    """A bar over max_steps showing the loss and learning rate of the last log, and one summary line per
+    `report_every` logs (kept in non-interactive logs, where a bar shows nothing)."""
+
+    def __init__(self, console: Any, label: str = "SFT"):
+        self.console = console
+        self.label = label
+        self.progress: Any = None
+        self.task: Any = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
+                                 transient=False)
+        self.task = self.progress.add_task(self.label, total=state.max_steps, info="")
+        self.progress.start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.progress is None or not logs or "loss" not in logs:
+            return
+        info = f"loss {float(logs['loss']):.4f}"
+        if "learning_rate" in logs:
+            info += f" · lr {float(logs['learning_rate']):.2g}"
+        self.progress.update(self.task, info=info)
+        if not self.console.is_terminal:  # a log file: the bar is drawn once at the end, so say it as we go
+            self.console.print(f"{self.label} step {state.global_step}/{state.max_steps}: {info}", highlight=False)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+            self.progress.stop()
+            self.progress = None

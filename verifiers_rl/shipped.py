@@ -1,0 +1,30 @@
+"""Files the wheel carries beside the code: the example environments (`examples/`, from the repository's
+`environments/`) and vf-setup's run configs (`config/workspace/configs/vf-rl/`, from `configs/vf-rl/`).
+pyproject's force-include copies them into the package, so nothing at run time reads the source tree.
+
+A wheel install has them next to the code. An editable install (a clone after `uv sync`) runs the code from the
+source tree and the installer puts the copies in site-packages; the package's own metadata says where.
+`uv run` refreshes those copies when a file under `environments/` or `configs/` changes (pyproject's
+[tool.uv] cache-keys).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DIST_NAME = "verifiers-rl"
+
+
+def shipped_dir(rel: str) -> Path | None:
+    """The folder `verifiers_rl/<rel>` as installed, or None when this copy of the code has none (run from a
+    source tree that was never installed)."""
+    here = Path(__file__).parent / rel
+    if here.is_dir() and any(p.name != "__init__.py" and p.name != "__pycache__" for p in here.iterdir()):
+        return here
+    import importlib.metadata as md
+
+    try:
+        located = Path(str(md.distribution(DIST_NAME).locate_file(f"verifiers_rl/{rel}")))
+    except md.PackageNotFoundError:
+        return None
+    return located if located.is_dir() else None

@@ -1,0 +1,153 @@
+"""Several training processes (torchrun, one per GPU or `[trainer] processes` on the CPU): who generates what, and
+the few collectives a step makes.
+
+- Each rank generates and scores only its share of a step's groups (`share`: whole groups, round-robin), so no
+  rollout is generated twice and generation scales with ranks.
+- The step's scored rollouts are then gathered to every rank (`gather_states`: small dicts, no model state), so
+  advantages (`scale_rewards="batch"` too), metrics and the empty-step watch see the whole step on every rank;
+  each rank trains on its own groups only.
+- Every rank runs the same number of micro-batches (`pad_micro_batches`): a rank with fewer samples (or none, after
+  drops) adds zero-weight micro-batches, because FSDP gathers parameters on every forward and DDP reduces on every
+  synced backward: an uneven count is a hang.
+
+Every function here is a no-op with one process (no process group), so the single-process path is unchanged.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+def rank_world() -> tuple[int, int]:
+    """(this process's rank, the number of training processes); (0, 1) without a process group."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return 0, 1
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def share(items: Sequence[T], rank: int, world: int) -> list[T]:
+    """This rank's share of a step's groups: every `world`-th one from `rank` (counts differ by at most one)."""
+    return list(items[rank::world])
+
+
+def _picklable(state: dict[str, Any]) -> dict[str, Any]:
+    """The state, without values that can't cross a process boundary (a client, a lock ...)."""
+    try:
+        pickle.dumps(state)
+        return state
+    except Exception:
+        out = {}
+        for k, v in state.items():
+            try:
+                pickle.dumps(v)
+                out[k] = v
+            except Exception:
+                out[k] = repr(v)
+        return out
+
+
+def all_gather(obj: Any, world: int) -> list[Any]:
+    """Every rank's `obj`, in rank order (one collective)."""
+    if world <= 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def gather_states(states: list[dict[str, Any]], world: int) -> tuple[list[dict[str, Any]], int]:
+    """(the step's states from every rank, rank order; the offset of this rank's own states in that list)."""
+    if world <= 1:
+        return states, 0
+    rank = rank_world()[0]
+    parts = all_gather([_picklable(dict(s)) for s in states], world)
+    offset = sum(len(p) for p in parts[:rank])
+    merged: list[dict[str, Any]] = []
+    for r, part in enumerate(parts):
+        merged += states if r == rank else part  # our own states stay the objects we generated
+    return merged, offset
+
+
+def step_totals(loss_tokens: float, micro_batches: int, world: int) -> tuple[float, int]:
+    """(the step's loss tokens over all ranks: the loss normalizer; the most micro-batches any rank has)."""
+    if world <= 1:
+        return loss_tokens, micro_batches
+    parts = all_gather((float(loss_tokens), int(micro_batches)), world)
+    return sum(p[0] for p in parts), max(p[1] for p in parts)
+
+
+def pad_micro_batches(micro: list[list[Any]], target: int, filler: Any) -> list[tuple[list[Any], bool]]:
+    """[(micro-batch, is_padding)] with `target` entries: this rank's micro-batches, then zero-weight ones made of
+    `filler` (a sample without loss tokens) so that every rank makes the same forward and backward calls."""
+    out = [(mb, False) for mb in micro]
+    out += [([filler], True) for _ in range(target - len(micro))]
+    return out
+
+
+def merge_metrics(per_rank: list[dict[str, float]], weight_key: str = "loss_tokens") -> dict[str, float]:
+    """One step's token-weighted loss metrics from each rank's: means weighted by each rank's loss tokens,
+    `*/min` / `*/max` over the ranks that had tokens, the tokens summed."""
+    if len(per_rank) == 1:
+        return per_rank[0]
+    total = sum(float(m.get(weight_key, 0.0)) for m in per_rank)
+    out: dict[str, float] = {}
+    for name in {k for m in per_rank for k in m}:
+        if name == weight_key:
+            continue
+        vals = [(float(m[name]), float(m.get(weight_key, 0.0))) for m in per_rank if name in m]
+        kind = name.rsplit("/", 1)[-1]
+        if kind in ("min", "max"):
+            had = [v for v, n in vals if n] or [v for v, _ in vals]
+            out[name] = min(had) if kind == "min" else max(had)
+        elif total:
+            out[name] = sum(v * n for v, n in vals) / total
+        else:
+            out[name] = sum(v for v, _ in vals) / len(vals)
+    out[weight_key] = total
+    return out
+
+
+def barrier(world: int) -> None:
+    """Wait for every rank (e.g. all of a checkpoint's files are written before it is renamed into place)."""
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def die_with_launcher() -> None:
+    """Under torchrun (Linux): ask the kernel to kill this rank when torchrun dies, even by SIGKILL, so no rank
+    outlives its launcher (torchrun starts each rank in a session of its own, out of reach of a process-group
+    kill)."""
+    import os
+    import sys
+
+    if not os.environ.get("TORCHELASTIC_RUN_ID") or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def check_supported(args: Any) -> None:
+    """One-line ConfigError for what several training processes do not support yet."""
+    if args.world_size > 1:
+        die_with_launcher()
+    if args.world_size > 1 and args.online_difficulty_filtering:
+        from verifiers_rl.errors import ConfigError
+
+        raise ConfigError("online_difficulty_filtering: not supported with several training processes yet (each "
+                          "rank would filter its own groups); set it to false or train with one process")

@@ -1,0 +1,93 @@
+"""Steps that train nothing: every rollout dropped or errored, or no loss token left. Each one is a console warning
+naming the cause and the setting to change; STALL_STEPS of them in a row end the run (a notebook run silently
+printing `loss 0` for hundreds of steps is what this prevents)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from verifiers_rl.errors import TrainingStalledError
+
+STALL_STEPS = 3
+
+# cause → what to change
+_FIX = {
+    "prompt_too_long": "raise max_prompt_len (unset, it is max_seq_len - max_tokens) or shorten the prompts",
+    "errored": "fix the environment (the rollouts' `error` is in the eval/trainer logs) or the server",
+    "truncated": "raise max_tokens / max_seq_len, or set mask_truncated_completions=false",
+    "empty_completion": "the model returned no tokens: check max_tokens and the inference server",
+}
+_WHAT = {
+    "prompt_too_long": "dropped",
+    "errored": "errored",
+    "truncated": "truncated and masked (mask_truncated_completions)",
+    "empty_completion": "had no completion tokens",
+}
+
+
+def _cause(state: dict[str, Any], args: Any) -> str | None:
+    """Why this rollout carries no loss token (the same rules as batching.build_samples), or None."""
+    from verifiers_rl.evaluation import completion_length
+    from verifiers_rl.trainer.batching import prompt_length
+
+    if args.max_prompt_len is not None and prompt_length(state) > args.max_prompt_len:
+        return "prompt_too_long"
+    if state.get("error"):
+        return "errored"
+    if args.mask_truncated_completions and state.get("is_truncated"):
+        return "truncated"
+    if completion_length(state) == 0:
+        return "empty_completion"
+    return None
+
+
+def _first_error(states: list[dict[str, Any]]) -> str:
+    err = next((s.get("error") for s in states if s.get("error")), None)
+    if err is None:
+        return ""
+    text = f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)
+    return f" (first: {text.splitlines()[0][:160] if text else type(err).__name__})"
+
+
+def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
+    """One line saying why this step's rollouts carry no loss token, or None when at least one does."""
+    if not states:
+        return None
+    causes: Counter[str] = Counter()
+    for s in states:
+        c = _cause(s, args)
+        if c is None:
+            return None
+        causes[c] += 1
+    n = len(states)
+    parts = []
+    for cause, k in causes.most_common():
+        detail = ""
+        if cause == "prompt_too_long":
+            from verifiers_rl.trainer.batching import prompt_length
+
+            longest = max(prompt_length(s) for s in states)
+            detail = f" (prompts up to {longest} tokens > max_prompt_len={args.max_prompt_len})"
+        elif cause == "errored":
+            detail = _first_error(states)
+        parts.append(f"{cause}: {k} of {n} rollouts {_WHAT[cause]}{detail}; {_FIX[cause]}")
+    return "; ".join(parts)
+
+
+class EmptyStepWatch:
+    """Counts consecutive steps without a loss token; warns on each, raises TrainingStalledError at STALL_STEPS."""
+
+    def __init__(self, limit: int = STALL_STEPS):
+        self.limit = limit
+        self.in_a_row = 0
+
+    def check(self, step: int, states: list[dict[str, Any]] | None, args: Any, warn: Any) -> None:
+        why = diagnose(states or [], args)
+        if why is None:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        if self.in_a_row >= self.limit:
+            raise TrainingStalledError(f"stopped at step {step}: {self.limit} steps in a row trained nothing: {why}")
+        warn(f"step {step} trained nothing: {why}")

@@ -1,0 +1,175 @@
+"""Log-probabilities (and entropies) of the tokens of a sequence, without materializing [B, T, V] logits.
+
+`hidden_token_logprobs` takes the model's last hidden states and its own output head module and computes the
+chosen tokens' log-probs a few rows at a time: each chunk of rows goes through the head, a log-sum-exp and a
+gather, under activation checkpointing, so neither the forward nor the backward ever holds more than one
+chunk's logits. Calling the head *module* (not its weight) keeps PEFT adapters and FSDP wrapping in play.
+`token_logprobs_and_entropy` does the same from full logits (the head is then the identity).
+
+Pure functions: tensors (and the head) in, tensors out.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+DEFAULT_CHUNK_ELEMENTS = 1 << 23
+"""Logit elements per chunk (32 MiB in fp32): ≈55 rows at Qwen3's 151,936-token vocabulary."""
+
+
+def _needs_upcast(t: torch.Tensor) -> bool:
+    # log-softmax in bf16/fp16 loses too much precision for importance ratios; compute those in fp32.
+    return t.dtype in (torch.float16, torch.bfloat16)
+
+
+def _chunk_logprobs(head: Callable, h: torch.Tensor, y: torch.Tensor, temperature: float,
+                    entropy_out: list | None) -> torch.Tensor:
+    logits = head(h)
+    if _needs_upcast(logits):
+        logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    lp = logits.gather(-1, y.unsqueeze(-1)).squeeze(-1) - lse
+    if entropy_out is not None and not entropy_out:
+        # Entropy is a metric: computed once, without grad (checkpoint's recompute in backward skips it).
+        with torch.no_grad():
+            p = torch.exp(logits - lse.unsqueeze(-1))
+            entropy_out.append(lse - (p * logits).sum(-1))
+    return lp
+
+
+def hidden_token_logprobs(
+    hidden: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    input_ids: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    mask: torch.Tensor | None = None,
+    with_entropy: bool = False,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs of ``input_ids`` [B, T] from the last hidden states [B, T, H] and the output ``head``.
+
+    Same alignment and scaling as :func:`token_logprobs_and_entropy`: ``out[:, t] = log p(input_ids[:, t] | < t)``
+    under ``softmax(head(hidden[:, t-1]) / temperature)``, ``out[:, 0] = 0``. With ``mask`` [B, T] only the true
+    positions are computed (the others are 0): pass the loss mask to skip prompt tokens entirely. Returns
+    ``(logprobs [B, T] fp32 for half-precision heads, entropy [B, T] detached or None)``.
+    """
+    if hidden.ndim != 3 or input_ids.ndim != 2 or hidden.shape[:2] != input_ids.shape:
+        raise ValueError(
+            f"expected hidden [B, T, H] and input_ids [B, T], got {tuple(hidden.shape)} and {tuple(input_ids.shape)}"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    B, T, H = hidden.shape
+    rows = hidden[:, :-1].reshape(-1, H)
+    targets = input_ids[:, 1:].reshape(-1).long()
+    idx = None
+    if mask is not None:
+        idx = mask[:, 1:].reshape(-1).nonzero().squeeze(-1)
+        rows, targets = rows.index_select(0, idx), targets.index_select(0, idx)
+    n = rows.shape[0]
+    with torch.no_grad():  # the head's output width and dtype, from one row
+        probe = head(rows[:1]) if n else None
+    vocab = probe.shape[-1] if probe is not None else 1
+    out_dtype = torch.float32 if probe is None or _needs_upcast(probe) else probe.dtype
+    del probe
+    step = max(1, chunk_elements // vocab)
+    grad = torch.is_grad_enabled() and rows.requires_grad
+    lps: list[torch.Tensor] = []
+    ents: list[torch.Tensor] = []
+    for s in range(0, n, step):
+        holder: list | None = [] if with_entropy else None
+        args = (head, rows[s:s + step], targets[s:s + step], temperature, holder)
+        lps.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if grad else _chunk_logprobs(*args))
+        if holder:
+            ents.append(holder[0])
+    lp_flat = torch.cat(lps).to(out_dtype) if lps else rows.new_zeros(0, dtype=out_dtype)
+    ent_flat = torch.cat(ents).to(out_dtype) if ents else rows.new_zeros(0, dtype=out_dtype).detach()
+
+    def place(values: torch.Tensor) -> torch.Tensor:
+        if idx is not None:
+            values = values.new_zeros(B * (T - 1)).index_copy(0, idx, values)
+        return torch.cat([values.new_zeros(B, 1), values.view(B, T - 1)], dim=1)
+
+    return place(lp_flat), (place(ent_flat) if with_entropy else None)
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probabilities (and entropies) of ``input_ids`` under ``softmax(logits / temperature)``.
+
+    Alignment: a causal LM's ``logits[:, t]`` is the distribution of token ``t + 1`` given tokens ``<= t``. The
+    outputs are shifted back onto token positions, so ``out[:, t]`` is ``log p(input_ids[:, t] | input_ids[:, :t])``
+    for ``t >= 1`` and ``out[:, 0] = 0`` (the first token has no prediction). A loss mask over token positions
+    ``[B, T]`` therefore indexes the outputs directly. The last position of ``logits`` (the token after the
+    sequence) is unused.
+
+    Logits are divided by the sampling ``temperature`` first so the logprobs match what the server sampled with.
+
+    Returns ``(logprobs [B, T], entropy [B, T] or None)`` in fp32 for half-precision logits. The entropy is a
+    metric: it is computed without grad (detached). Rows are processed in chunks, so the temperature-scaled fp32
+    copy is never [B, T, V].
+    """
+    if logits.ndim != 3 or input_ids.ndim != 2 or logits.shape[:2] != input_ids.shape:
+        raise ValueError(
+            f"expected logits [B, T, V] and input_ids [B, T], got {tuple(logits.shape)} and {tuple(input_ids.shape)}"
+        )
+    return hidden_token_logprobs(logits, _identity, input_ids, temperature, with_entropy=with_entropy)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _output_head(model: torch.nn.Module) -> Callable | None:
+    """The module that turns last hidden states into logits, or None when the model's forward does more than
+    apply it (logit soft-capping, a logit scale) or takes no `logits_to_keep`: those keep the full-logits path."""
+    import inspect
+
+    inner = model.module if hasattr(model, "module") and isinstance(model.module, torch.nn.Module) else model
+    config = getattr(inner, "config", None)
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    if getattr(text, "final_logit_softcapping", None) or getattr(text, "logit_scale", None) not in (None, 1, 1.0):
+        return None
+    get = getattr(inner, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    base = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    if head is None or "logits_to_keep" not in inspect.signature(base.forward).parameters:
+        return None
+    return head
+
+
+def policy_token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    mask: torch.Tensor | None = None,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run the (possibly PEFT/DDP-wrapped) causal LM and return its per-token log-probs (and entropy) at the
+    `mask` positions, as :func:`hidden_token_logprobs`. The forward goes through `model` itself (wrappers'
+    hooks apply) and asks for the logits of the last position only; the head runs chunk by chunk."""
+    head = _output_head(model)
+    if head is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        lp, ent = token_logprobs_and_entropy(logits, input_ids, temperature, with_entropy=with_entropy)
+        if mask is not None:  # same contract as the chunked path: zeros off the mask
+            keep = mask.clone()
+            keep[:, 0] = False
+            lp = torch.where(keep, lp, torch.zeros_like(lp))
+            ent = torch.where(keep, ent, torch.zeros_like(ent)) if ent is not None else None
+        return lp, ent
+    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
+    return hidden_token_logprobs(out.hidden_states[-1], head, input_ids, temperature, mask=mask,
+                                 with_entropy=with_entropy)

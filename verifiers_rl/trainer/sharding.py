@@ -1,0 +1,199 @@
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for RLTrainer, selected the way HF users expect: `fsdp` /
+`fsdp_config={"version": 2}` on RLConfig (`[trainer.args]` in a vf-rl TOML).
+
+Why here and not in transformers: on the CPU, transformers' Trainer accepts those settings and then wraps the
+model in DistributedDataParallel (accelerate keeps no FSDP plugin there), so parameters were never sharded. When
+accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` to each decoder layer and the root and
+keeps accelerate from wrapping the sharded model in DDP. On GPUs accelerate applies FSDP2 itself (not verified here:
+no GPU); everything below reads DTensor parameters either way.
+
+Generation and weight sync never touch the sharded model: a sharded forward all-gathers on every call, and ranks
+generate different numbers of tokens. `ShardedPolicy.full` is an unsharded copy (every rank) that serves
+generation (local engine) and is what the weight sync sends; `refresh` gathers the trained parameters into it after
+each optimizer step (every rank, same order: the same collectives everywhere). With LoRA only the adapter is
+gathered (the frozen base never changes).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from verifiers_rl.errors import ConfigError
+
+
+def fsdp_version(args: Any) -> int | None:
+    """The FSDP version the RLConfig asks for (None: no FSDP)."""
+    if not getattr(args, "fsdp", None):
+        return None
+    cfg = getattr(args, "fsdp_config", None) or {}
+    return int(cfg.get("version", cfg.get("fsdp_version", 1)))
+
+
+def _layer_classes(model: Any) -> set[str]:
+    """The class names HF marks as units to keep whole (`_no_split_modules`: the decoder layers)."""
+    for m in (model, getattr(model, "base_model", None), getattr(model, "get_base_model", lambda: None)()):
+        names = getattr(m, "_no_split_modules", None)
+        if names:
+            return set(names)
+    return set()
+
+
+def apply_fully_shard(model: Any, device_type: str, world: int) -> int:
+    """`fully_shard` each decoder layer, then the root (embeddings, norm and output head stay in the root's
+    group: the chunked log-prob head is called outside the forward, a different number of times per rank).
+    Returns the number of layers sharded."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device_type, (world,))
+    names = _layer_classes(model)
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ConfigError(f"fsdp: found no decoder layers to shard in {type(model).__name__} (it names no "
+                          "_no_split_modules); train it without fsdp")
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    # The root keeps its parameters gathered after the forward (FSDP2's default for the root), which the
+    # log-prob head relies on.
+    fully_shard(model, mesh=mesh)
+    return len(layers)
+
+
+def _bypass_ddp(accelerator: Any) -> None:
+    """accelerate wraps every model in DDP on a multi-CPU run; a model FSDP2 already shards must stay as it is."""
+    from torch.distributed.fsdp import FSDPModule
+
+    original = accelerator.prepare_model
+
+    def prepare_model(model: Any, device_placement: Any = None, evaluation_mode: bool = False) -> Any:
+        if isinstance(model, FSDPModule):
+            if model not in accelerator._models:
+                accelerator._models.append(model)
+            return model
+        return original(model, device_placement=device_placement, evaluation_mode=evaluation_mode)
+
+    accelerator.prepare_model = prepare_model
+
+
+class ShardedPolicy:
+    """The unsharded copy that generation and the weight sync use, and how to bring it up to date."""
+
+    def __init__(self, model: Any, trainable_only: bool, applied: bool, layers: int):
+        self.full = copy.deepcopy(model).eval().requires_grad_(False)
+        self.trainable_only = trainable_only
+        self.applied = applied  # fully_shard applied here (not by accelerate)
+        self.layers = layers
+
+    def refresh(self, sharded: Any) -> None:
+        """Gather `sharded`'s trained parameters into `full` (a collective per parameter, every rank)."""
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        mine = dict(self.full.named_parameters())
+        with torch.no_grad():
+            for name, p in sharded.named_parameters():
+                if self.trainable_only and not p.requires_grad:
+                    continue
+                t = p.full_tensor() if isinstance(p, DTensor) else p
+                mine[name].copy_(t)
+
+
+def shard_policy(trainer: Any) -> ShardedPolicy | None:
+    """Apply FSDP2 when the RLConfig asks for it; None without FSDP. One-line ConfigError for what is not
+    supported."""
+    args = trainer.args
+    version = fsdp_version(args)
+    if version is None:
+        return None
+    if version != 2:
+        raise ConfigError(f"fsdp_config.version = {version}: only FSDP2 is supported; set fsdp_config = "
+                          '{"version": 2}')
+    world = args.world_size
+    if world < 2:
+        raise ConfigError("fsdp: sharding needs several training processes; start them with torchrun "
+                          "(vf-rl: [trainer] processes = N on the CPU, gpus = N on GPUs) or drop fsdp")
+    model = trainer.model
+    accelerate_shards = bool(getattr(trainer, "is_fsdp_enabled", False))
+    # The copy is taken before sharding: a plain module whose forward makes no collectives.
+    policy = ShardedPolicy(model, trainable_only=bool(args.use_lora), applied=not accelerate_shards, layers=0)
+    if not accelerate_shards:
+        device = args.device.type if hasattr(args.device, "type") else str(args.device)
+        policy.layers = apply_fully_shard(model, device, world)
+        _bypass_ddp(trainer.accelerator)
+    return policy
+
+
+def describe(policy: ShardedPolicy | None, world: int) -> str:
+    """One line for the console: how many processes and which sharding."""
+    if world <= 1:
+        return "training: 1 process"
+    if policy is None:
+        return f"training: {world} processes, data parallel (DDP: full weights on every rank)"
+    return (f"training: {world} processes, FSDP2 (fully_shard on {policy.layers} decoder layers + the root: each "
+            f"rank holds 1/{world} of the parameters)")
+
+
+def shard_fraction(model: Any) -> float:
+    """The fraction of the model's parameter elements this rank holds (1.0 unsharded)."""
+    from torch.distributed.tensor import DTensor
+
+    total = local = 0
+    for p in model.parameters():
+        total += p.numel()
+        local += p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+    return local / max(total, 1)
+
+
+# --- checkpoints under FSDP2 applied here: each rank writes and reads its own optimizer shard --------------------
+OPTIMIZER_SHARD = "optimizer.rank{rank}.pt"
+
+
+def _params(optimizer: Any) -> list[Any]:
+    return [p for g in optimizer.param_groups for p in g["params"]]
+
+
+def save_optimizer_shard(optimizer: Any, output_dir: str, rank: int) -> None:
+    import os
+
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    sd = optimizer.state_dict()
+    state = {i: {k: (v.to_local() if isinstance(v, DTensor) else v) for k, v in s.items()}
+             for i, s in sd["state"].items()}
+    os.makedirs(output_dir, exist_ok=True)
+    torch.save({"state": state, "param_groups": sd["param_groups"]},
+               os.path.join(output_dir, OPTIMIZER_SHARD.format(rank=rank)))
+
+
+def load_optimizer_shard(optimizer: Any, checkpoint: str, rank: int) -> None:
+    import os
+
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    sd = torch.load(os.path.join(checkpoint, OPTIMIZER_SHARD.format(rank=rank)), weights_only=False)
+    params = _params(optimizer)
+    for i, s in sd["state"].items():
+        p = params[int(i)]
+        if isinstance(p, DTensor):
+            s.update({k: DTensor.from_local(v, p.device_mesh, p.placements, run_check=False, shape=p.shape,
+                                            stride=p.stride())
+                      for k, v in s.items() if torch.is_tensor(v) and v.dim() > 0})
+    optimizer.load_state_dict(sd)
+
+
+def load_full_into_shards(full: Any, sharded: Any) -> None:
+    """Copy the unsharded copy's weights (just loaded from a checkpoint) into this rank's shards."""
+    import torch
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    src = dict(full.named_parameters())
+    with torch.no_grad():
+        for name, p in sharded.named_parameters():
+            if isinstance(p, DTensor):
+                local = distribute_tensor(src[name].detach(), p.device_mesh, p.placements, src_data_rank=None)
+                p.to_local().copy_(local.to_local())
+            else:
+                p.copy_(src[name])
