@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -285,6 +286,27 @@ def test_no_gpu_runs_on_cpu_with_the_local_engine():
     assert p.backend == "vllm" and p.urls == ["http://h:1/v1"] and p.lines[0].startswith("no GPU found")
     p = plan({**BASE, "inference": {"backend": "vllm"}}, 0)
     assert p.start_server and p.lines[0].startswith("no GPU found: training on the CPU; inference: a vLLM server on")
+
+
+def test_a_gpu_config_on_a_machine_without_gpus_stops_before_anything_loads(tmp_path):
+    """A config that states GPUs (the defaults state none) on a CPU machine: one block and exit 2, unless
+    --allow-cpu; the GPU count is given to the planner, then checked through the real CLI."""
+    from verifiers_rl.launch import plan_launch
+
+    gpu_cfg = validate_run_config({**BASE, "inference": {"gpus": 1}, "trainer": {"gpus": 2}})
+    with pytest.raises(ConfigError) as e:  # a short block, not one line: what it asks, what is here, what fits
+        plan_launch(gpu_cfg, 0, allow_cpu=False, source="gpu.toml")
+    msg = str(e.value)
+    assert msg.splitlines()[0] == "this config asks for GPUs (inference.gpus = 1; trainer.gpus = 2)"
+    assert "vf-rl @ configs/vf-rl/quickstart.toml" in msg and "--allow-cpu to run gpu.toml" in msg
+    assert plan_launch(gpu_cfg, 0, allow_cpu=True).backend == "local"
+    assert plan_launch(validate_run_config(BASE), 0, allow_cpu=False).backend == "local"  # defaults ask nothing
+    cfg = write(tmp_path, "gpu.toml", 'model = "m"\n[env]\nid = "reverse-text"\n[trainer]\ngpus = 2\n')
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.rl", "@", str(cfg), "--output-dir",
+                          str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 2 and "this config asks for GPUs (trainer.gpus = 2)" in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "out" / "configs" / "plan.json").exists()
 
 
 def test_fewer_gpus_than_asked_is_one_line():

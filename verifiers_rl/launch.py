@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -48,11 +49,12 @@ def worker_main(config_path: str) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from verifiers_rl.envs.loading import EnvironmentLoadError
-    from verifiers_rl.cli.common import debug
+    from verifiers_rl.verbosity import debug
     from verifiers_rl.errors import ModelServerError, NetworkError, TrainingStalledError
 
     try:
-        run(resolved.cfg, resolved.rl_kwargs, Console(), plan)
+        # several training processes: rank 0 speaks for all (errors still reach stderr from every rank)
+        run(resolved.cfg, resolved.rl_kwargs, Console(quiet=os.environ.get("RANK", "0") != "0"), plan)
     except (ModelServerError, EnvironmentLoadError, TrainingStalledError, NetworkError) as e:
         if debug():  # vf-rl --debug / VF_DEBUG=1
             import traceback

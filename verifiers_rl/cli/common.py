@@ -1,25 +1,13 @@
-"""Helpers shared by the console scripts: one-line failures, --debug, quiet third-party progress bars."""
+"""Helpers shared by the console scripts: one-line failures (tracebacks with --debug), the hub probe."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import NoReturn
 
-DEBUG_ENV = "VF_DEBUG"      # 1: a failure also prints its traceback (vf-rl / vf-eval / vf-sft --debug set it)
-VERBOSE_ENV = "VF_VERBOSE"  # 1: keep the libraries' weight-loading / shard-writing progress bars
-_TRUE = {"1", "true", "yes", "on"}
+from verifiers_rl.verbosity import debug, quiet_library_bars, take_debug_flag
 
-
-def debug() -> bool:
-    return os.environ.get(DEBUG_ENV, "").strip().lower() in _TRUE
-
-
-def take_debug_flag(argv: list[str]) -> list[str]:
-    """`--debug` anywhere in argv: sets VF_DEBUG=1 (inherited by the processes a run starts); argv without it."""
-    if "--debug" in argv:
-        os.environ[DEBUG_ENV] = "1"
-    return [a for a in argv if a != "--debug"]
+__all__ = ["fail", "note_offline_hub", "quiet_library_bars", "take_debug_flag"]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -40,16 +28,3 @@ def note_offline_hub() -> None:
     note = go_offline_if_hub_unreachable()
     if note:
         print(f"note: {note}", file=sys.stderr, flush=True)
-
-
-def quiet_library_bars() -> None:
-    """transformers' "Loading weights" / "Writing model shards" bars off unless VF_VERBOSE=1 (download bars stay)."""
-    if os.environ.get(VERBOSE_ENV, "").strip().lower() in _TRUE:
-        return
-    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
-    from transformers.utils import logging as hf_logging
-
-    downloads_off = are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()  # also turns off the hub's download bars: put those back
-    if not downloads_off:
-        enable_progress_bars()

@@ -137,7 +137,7 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
                            source=" @ ".join(str(p) for p in resolved.config_files) or None)
     except ConfigError as e:
         fail(str(e))
-    _check_servers(resolved.cfg.inference.urls or [])
+    _check_servers(plan.urls)  # servers given by URL (vf-rl starts none of them)
     from verifiers_rl.launch import prepare_launch, start_detached, supervise
     from verifiers_rl.runs import proc_start_ticks, update_run
 

@@ -21,23 +21,12 @@ def _periodic_eval_callback(trainer: Any, evals: list[EvalSpec], interval: int,
                             sampling: dict[str, Any] | None) -> Any:
     from transformers import TrainerCallback
 
-    from verifiers_rl.evaluation import summarize
-
     class PeriodicEval(TrainerCallback):
         """[eval] interval: evaluate each [[eval.env]] with its own num_examples / rollouts_per_example."""
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if state.global_step % interval != 0:
-                return control
-            metrics: dict[str, float] = {}
-            t0 = time.perf_counter()
-            for name, env, n, r in evals:
-                for k, v in summarize(trainer.eval_states(env, n, r, sampling)).items():
-                    metrics[f"eval/{name}/{k}"] = v
-            metrics["time/eval"] = time.perf_counter() - t0
-            should_log = trainer.control.should_log  # HF's on_log clears it (see RLTrainer.run_eval)
-            trainer.log(metrics)
-            trainer.control.should_log = should_log
+            if state.global_step % interval == 0:
+                trainer.run_eval(evals, sampling)
             return control
 
     return PeriodicEval()
@@ -146,11 +135,22 @@ def _held_out(cfg: RunConfig, trainer: Any, args: Any, sub_envs: list[Any],
     return evals, sampling
 
 
+def _eval_with_bar(trainer: Any, console: Any, label: str, env: Any, n: int, r: int, sampling: Any) -> Any:
+    """trainer.eval_states with a rollout bar (gone when done: the result line follows)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    total = len(env.get_eval_dataset(n=n)) * r
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        return trainer.eval_states(env, n, r, sampling, on_group_done=lambda g: bar.advance(task, len(g)))
+
+
 def _eval_before(trainer: Any, evals: list[EvalSpec], sampling: Any, console: Any,
                  result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     before: dict[str, list[dict[str, Any]]] = {}
     for name, e, n, r in evals:
-        states = trainer.eval_states(e, n, r, sampling)
+        states = _eval_with_bar(trainer, console, f"held-out eval before RL ({name})", e, n, r, sampling)
         before[name] = states
         mean = mean_reward(states)
         console.print(f"[bold]held-out eval before RL[/] ({name}): reward {mean:.4f} on {len(states)} rollouts")
@@ -162,7 +162,7 @@ def _eval_before(trainer: Any, evals: list[EvalSpec], sampling: Any, console: An
 def _eval_after(trainer: Any, evals: list[EvalSpec], sampling: Any, console: Any, result: dict[str, Any],
                 before: dict[str, list[dict[str, Any]]]) -> None:
     for name, e, n, r in evals:
-        after = trainer.eval_states(e, n, r, sampling)
+        after = _eval_with_bar(trainer, console, f"held-out eval after RL ({name})", e, n, r, sampling)
         if name in before and len(before[name]) == len(after) and after:
             b, a, gain, se = paired_gain(before[name], after)
             console.print(f"[bold]held-out eval after RL[/] ({name}): reward {a:.4f} (before {b:.4f}, "
@@ -203,20 +203,41 @@ def _record_eval(trainer: Any, name: str, mean: float, when: str) -> None:
                             f"eval/{name}/reward/mean": mean}) + "\n")
 
 
+def prepare_main() -> int:
+    """The tiny model and the warm-up alone, for the RunConfig (JSON) on stdin: local rank 0's child when vf-rl
+    runs several training processes (launching/ranks.py)."""
+    import sys
+
+    from rich.console import Console
+
+    cfg = RunConfig.model_validate_json(sys.stdin.read())
+    console = Console()
+    model = _tiny_model(cfg, console)
+    env, _ = _training_envs(cfg, _hub_aware_loader())
+    _warmup(cfg, env, model, console)
+    return 0
+
+
 def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = None) -> dict[str, Any]:
     """Build the tiny model and SFT warm-up when asked, then RL-train with held-out eval before and after, on the
     launch's plan (`verifiers_rl.plan.RunPlan`; None: the trainer plans from its RLConfig)."""
-    from verifiers_rl.cli.common import quiet_library_bars
     from verifiers_rl.config.schema import build_rl_config
+    from verifiers_rl.verbosity import quiet_library_bars
 
     quiet_library_bars()
     load_environment = _hub_aware_loader()
     t_start = time.perf_counter()
+    from verifiers_rl.launching.ranks import prepare_once
+
+    prepare_once(cfg)  # several training processes: the tiny model and the warm-up are built once, by rank 0
     model = _tiny_model(cfg, console)
     env, sub_envs = _training_envs(cfg, load_environment)
     model = _warmup(cfg, env, model, console)
     args = build_rl_config(rl_kwargs)
     trainer = _trainer(plan, model, env, args)
+    from verifiers_rl.launching.ranks import clear_marker
+
+    clear_marker()  # every rank is past prepare_once: the trainer's process group is up
     result: dict[str, Any] = {"model": model, "output_dir": args.output_dir}
     ev = cfg.eval
     evals, sampling = _held_out(cfg, trainer, args, sub_envs, load_environment)

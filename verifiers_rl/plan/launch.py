@@ -265,8 +265,10 @@ def _processes(plan: RunPlan, cfg: Any = None) -> None:
     if plan.gpus_visible:
         plan.trainer_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, plan.trainer_gpus))  # "" trains on the CPU
     if plan.world_size > 1:
+        fsdp = cfg is not None and cfg.trainer.args.get("fsdp")
+        sharding = "FSDP2 (trainer.args fsdp)" if fsdp else "DDP (full weights on each; trainer.args fsdp shards)"
         plan.lines.append(f"training: {plan.world_size} processes (torchrun), each generating its share of a "
-                          f"step's groups; sharding as trainer.args fsdp says (none: DDP)")
+                          f"step's groups; {sharding}")
 
 
 def server_settings(cfg: Any, plan: RunPlan, output_dir: str | Path | None) -> dict[str, Any]:

@@ -71,12 +71,25 @@ class RLControlCallback(TrainerCallback):
 
         self.trainer = trainer
         self.empty_steps = EmptyStepWatch()
+        self._bars: bool | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from verifiers_rl.verbosity import quiet_bars_begin
+
+        self._bars = quiet_bars_begin()  # no "Writing model shards" bar per checkpoint unless VF_VERBOSE=1
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer._after_optimizer_step()
         # every rank sees the whole step's rollouts, so all of them stop together
-        self.empty_steps.check(state.global_step, getattr(self.trainer, "_last_states", None), args,
-                               _warn if state.is_world_process_zero else lambda _m: None)
+        try:
+            self.empty_steps.check(state.global_step, getattr(self.trainer, "_last_states", None), args,
+                                   _warn if state.is_world_process_zero else lambda _m: None)
+        except Exception:
+            from verifiers_rl.verbosity import quiet_bars_end
+
+            quiet_bars_end(self._bars)  # the run ends here: on_train_end won't come
+            self._bars = None
+            raise
         if args.eval_steps and state.global_step % int(args.eval_steps) == 0:
             self.trainer.run_eval()
         if state.global_step >= state.max_steps and args.save_strategy != "no":
@@ -84,6 +97,10 @@ class RLControlCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
+        from verifiers_rl.verbosity import quiet_bars_end
+
+        quiet_bars_end(self._bars)
+        self._bars = None
         if state.is_world_process_zero and (Path(args.output_dir) / "metrics.jsonl").exists():
             import threading
 

@@ -47,8 +47,14 @@ def from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     """`cls.from_pretrained(name)`; a model the hub was needed for and couldn't give is one NetworkError line."""
     from verifiers_rl.network import hub_failures_as, model_hub_message
 
-    with hub_failures_as(lambda: model_hub_message(name)):
-        return cls.from_pretrained(name, **hub_kwargs(name), **kwargs)
+    from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
+
+    token = quiet_bars_begin()  # no "Loading weights" bar unless VF_VERBOSE=1
+    try:
+        with hub_failures_as(lambda: model_hub_message(name)):
+            return cls.from_pretrained(name, **hub_kwargs(name), **kwargs)
+    finally:
+        quiet_bars_end(token)
 
 
 def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any = None) -> tuple[Any, Any]:

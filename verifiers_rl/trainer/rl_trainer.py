@@ -106,6 +106,10 @@ class RLTrainer(Trainer):
 
         distributed.check_supported(args)
         self.sharded = shard_policy(self)  # FSDP2 when args.fsdp asks: None otherwise
+        if args.world_size > 1 and self.is_world_process_zero():
+            from verifiers_rl.trainer.sharding import describe
+
+            print(describe(self.sharded, args.world_size), flush=True)
         self._setup_inference(plan, vllm_server)
 
     # --- inference ----------------------------------------------------------------------------------------
@@ -331,8 +335,9 @@ class RLTrainer(Trainer):
 
     # --- eval -------------------------------------------------------------------------------------------
     def eval_states(self, env: Any, num_examples: int, rollouts_per_example: int,
-                    sampling_args: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Scored rollouts of the current policy on `env`'s eval split (the first `num_examples` rows)."""
+                    sampling_args: dict[str, Any] | None = None, on_group_done: Any = None) -> list[dict[str, Any]]:
+        """Scored rollouts of the current policy on `env`'s eval split (the first `num_examples` rows);
+        `on_group_done(states)` after each example's group (a progress bar)."""
         args = self.args
         sampling = sampling_args if sampling_args is not None else args.sampling_args(for_eval=True)
         ds = env.get_eval_dataset(n=num_examples)
@@ -344,19 +349,25 @@ class RLTrainer(Trainer):
 
             return self.orchestrator.run(generate_states(
                 env, ds, self.orchestrator.client, self.inference.model_name(), sampling,
-                rollouts_per_example=rollouts_per_example, max_concurrent=args.max_concurrent))
+                rollouts_per_example=rollouts_per_example, max_concurrent=args.max_concurrent,
+                on_group_done=on_group_done))
         finally:
             self.model.train(was_training)
 
-    def run_eval(self) -> dict[str, float]:
-        """Evaluate the current policy on each eval env's eval split; logs `eval/<env>/...`."""
+    def run_eval(self, evals: list[tuple[str, Any, int, int]] | None = None,
+                 sampling_args: dict[str, Any] | None = None) -> dict[str, float]:
+        """Evaluate the current policy on each eval env's eval split and log `eval/<env>/...`: `evals` as
+        (name, env, num_examples, rollouts_per_example) — default: `eval_envs` with the RLConfig's eval sizes."""
         from verifiers_rl.evaluation import summarize
 
         args = self.args
+        if evals is None:
+            evals = [(name, env, args.eval_num_examples, args.eval_rollouts_per_example)
+                     for name, env in self.eval_envs.items()]
         metrics: dict[str, float] = {}
         t0 = time.perf_counter()
-        for name, env in self.eval_envs.items():
-            states = self.eval_states(env, args.eval_num_examples, args.eval_rollouts_per_example)
+        for name, env, n, r in evals:
+            states = self.eval_states(env, n, r, sampling_args)
             for k, v in summarize(states).items():
                 metrics[f"eval/{name}/{k}"] = v
         metrics["time/eval"] = time.perf_counter() - t0

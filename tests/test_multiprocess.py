@@ -1,0 +1,202 @@
+"""Two training processes on this CPU machine (torchrun, gloo, the tiny model), as a notebook user runs them
+(`torchrun --nproc_per_node 2 script.py`: tests/fixtures/multiprocess_worker.py) and as vf-rl starts them
+(`[trainer] processes = 2`). Nothing is mocked; the update tests feed a fixed batch of made-up rollouts (token ids
+and sampling logprobs) so that 1 and 2 processes train on exactly the same step.
+
+Every multi-process launch has a timeout of at most 120 s; the fault tests each end within 30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from verifiers_rl.plan.launch import torchrun_command
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "fixtures" / "multiprocess_worker.py"
+REPO = HERE.parent
+LAUNCH_TIMEOUT = 120
+FAULT_S = 30
+
+
+def torchrun(model: Path, out: Path, *phases: str, timeout: float = LAUNCH_TIMEOUT) -> None:
+    cmd = [*torchrun_command(2), str(WORKER), str(model), str(out), *phases]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=out.parent)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+
+
+def start(model: Path, out: Path, phase: str) -> subprocess.Popen:
+    out.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([*torchrun_command(2), str(WORKER), str(model), str(out), phase], cwd=out.parent,
+                            stdout=(out / "torchrun.log").open("w"), stderr=subprocess.STDOUT)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_model_dir, tmp_path_factory) -> Path:
+    """One 2-process launch: the fixed-batch updates (LoRA / full x DDP / FSDP2) and the uneven-drop run."""
+    out = tmp_path_factory.mktemp("mp") / "two"
+    torchrun(tiny_model_dir, out, "update", "drop-all")
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_rank(tiny_model_dir, tmp_path_factory) -> Path:
+    """The same fixed-batch updates in this process: one training process, no process group."""
+    sys.path.insert(0, str(WORKER.parent))
+    import multiprocess_worker
+
+    out = tmp_path_factory.mktemp("mp") / "one"
+    out.mkdir()
+    multiprocess_worker.phase_update(str(tiny_model_dir), out)
+    return out
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+@pytest.mark.parametrize("name", ["lora-ddp", "full-ddp", "lora-fsdp", "full-fsdp"])
+def test_two_processes_make_the_same_update_as_one(two_ranks, one_rank, name):
+    """3 groups over 2 ranks (2 + 1, the middle one all errored: rank 1 trains no token): the weights after one
+    step equal one process's on the same rollouts. Under FSDP2 the compared weights are the gathered ones the
+    weight sync sends."""
+    ref = torch.load(one_rank / f"update-{name.split('-')[0]}-ddp-world1.pt")
+    got = torch.load(two_ranks / f"update-{name}-world2.pt")
+    assert got.keys() == ref.keys() and ref
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], atol=2e-6, rtol=1e-5, msg=lambda m, k=k: f"{name} {k}: {m}")
+    info = json.loads((two_ranks / "update-world2.json").read_text())[name]
+    assert info["moved"] > 1e-6  # the step changed the weights: the comparison is not of two untouched models
+    calls = info["forward_calls"]
+    assert calls[0] == calls[1] > 0, f"forward calls per rank {calls}: ranks must make the same collectives"
+    # FSDP2 really shards: each rank holds half of the parameter elements (DTensor shards)
+    assert info["shard_fraction"] == (pytest.approx(0.5, abs=0.02) if name.endswith("fsdp") else 1.0)
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_uneven_drops_keep_training(two_ranks):
+    """Rank 1's rollouts are all dropped on every step (FSDP2, full fine-tuning): it pads with zero-weight
+    micro-batches and the run reaches its last step."""
+    assert json.loads((two_ranks / "drop-all.json").read_text())["step"] == 3
+
+
+@pytest.fixture(scope="module")
+def counted_and_resumed(tiny_model_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("mp") / "count"
+    torchrun(tiny_model_dir, out, "count", "resume")
+    return out
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+def test_each_rollout_is_generated_once(counted_and_resumed):
+    """2 steps x 2 groups of 4 with the local engine: every group is generated (and scored) by one rank only."""
+    lines = {r: (counted_and_resumed / f"count-rank{r}.txt").read_text().split() for r in (0, 1)}
+    assert len(lines[0]) == len(lines[1]) == 8  # each rank: its group of each step
+    assert not set(lines[0]) & set(lines[1])
+    for answers in lines.values():
+        assert all(answers.count(a) == 4 for a in answers)  # whole groups
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.mark.parametrize("name", ["lora-ddp", "full-fsdp"])
+def test_checkpoint_at_2_resumed_to_4_equals_straight_4(counted_and_resumed, name):
+    got = json.loads((counted_and_resumed / f"resume-{name}.json").read_text())
+    assert got["step"] == 4 and got["n"] > 0
+    assert got["max_abs_diff"] <= 1e-6
+
+
+def _ranks(out: Path) -> dict[int, int]:
+    return {r: int((out / f"pid-{r}").read_text()) for r in (0, 1) if (out / f"pid-{r}").exists()}
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
+def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
+    out = tmp_path / "killed"
+    p = start(tiny_model_dir, out, "hang")
+    try:
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, 90, "a training step")
+        pids = _ranks(out)
+        os.kill(pids[1], signal.SIGKILL)
+        t0 = time.monotonic()
+        p.wait(timeout=FAULT_S)
+        assert time.monotonic() - t0 < FAULT_S and p.returncode != 0
+        wait_for(lambda: not alive(pids[0]), 5, "rank 0 to end")
+    finally:
+        p.kill()
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
+def test_sigint_ends_every_rank(tiny_model_dir, tmp_path):
+    """Ctrl-C in a terminal reaches torchrun (its ranks run in sessions of their own): every rank ends."""
+    out = tmp_path / "sigint"
+    p = start(tiny_model_dir, out, "hang")
+    try:
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, 90, "a training step")
+        pids = _ranks(out)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=FAULT_S)
+        wait_for(lambda: not any(alive(q) for q in pids.values()), 5, "every rank to end")
+    finally:
+        p.kill()
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
+def test_ranks_die_with_a_killed_launcher(tiny_model_dir, tmp_path):
+    """torchrun killed outright (SIGKILL, no chance to stop its ranks): the ranks end too (PR_SET_PDEATHSIG)."""
+    out = tmp_path / "launcher"
+    p = start(tiny_model_dir, out, "hang")
+    try:
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, 90, "a training step")
+        pids = _ranks(out)
+        p.kill()
+        p.wait(timeout=5)
+        wait_for(lambda: not any(alive(q) for q in pids.values()), FAULT_S, "every rank to end")
+    finally:
+        p.kill()
+
+
+QUICKSTART = REPO / "configs" / "vf-rl" / "quickstart.toml"
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_vf_rl_runs_the_quickstart_rl_phase_with_two_processes(tmp_path):
+    """`[trainer] processes = 2`: torchrun starts two workers; rank 0 builds the tiny model and the warm-up once."""
+    vf_rl = Path(sys.executable).with_name("vf-rl")
+    cmd = [str(vf_rl), "@", str(QUICKSTART), "--tiny_model.path", str(tmp_path / "tiny"),
+           "--warmup.output-dir", str(tmp_path / "warmup"), "--warmup.max-steps", "2", "--warmup.num-examples", "32",
+           "--trainer.args.max-steps", "2", "--trainer.args.batch-size", "16", "--trainer.args.micro-batch-size",
+           "8", "--trainer.processes", "2", "--no-eval", "--output-dir", "outputs/two"]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT + 50)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-5000:]
+    assert "training: 2 processes (torchrun)" in text  # the plan's line
+    assert "training: 2 processes, data parallel (DDP" in text  # the trainer's: which sharding
+    assert text.count("warm-up: SFT on") == 1  # built once, by rank 0
+    plan = json.loads((tmp_path / "outputs" / "two" / "configs" / "plan.json").read_text())
+    assert plan["world_size"] == 2 and "torch.distributed.run" in plan["launcher"]
+    metrics = [json.loads(x) for x in (tmp_path / "outputs" / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "loss/mean" in m] == [1, 2]
+    assert (tmp_path / "outputs" / "two" / "checkpoint-2").is_dir()
