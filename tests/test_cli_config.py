@@ -907,7 +907,7 @@ def test_docs_generator_covers_every_key():
     for key in ("inference.urls", "eval.env.N.num_examples", "warmup.completion_format", "tiny_model.layers"):
         assert f"| `{key}` |" in doc
     hdoc = hosted_md()
-    for h, _, _ in hosted.MAPPING:
+    for h, *_ in hosted.MAPPING:
         assert f"| `{h}` |" in hdoc
     assert re.search(r"max_seq_len = 512 \+ sampling.max_tokens", hdoc)
 

@@ -52,6 +52,17 @@ def test_masked_positions_are_zero_and_the_rest_match():
     assert torch.allclose(lp[keep], want[keep], atol=1e-6)
 
 
+def test_an_empty_mask_still_backpropagates():
+    """A micro-batch whose rollouts were all dropped has no loss position; the trainer still calls backward."""
+    head = torch.nn.Linear(4, 7)
+    hidden = torch.randn(2, 3, 4, requires_grad=True)
+    lp, _ = hidden_token_logprobs(hidden, head, torch.zeros(2, 3, dtype=torch.long),
+                                  mask=torch.zeros(2, 3, dtype=torch.bool))
+    assert lp.requires_grad and torch.equal(lp, torch.zeros(2, 3))
+    lp.sum().backward()
+    assert torch.equal(hidden.grad, torch.zeros_like(hidden))
+
+
 def test_policy_logprobs_of_a_peft_model_match_its_logits(tiny_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM

@@ -229,7 +229,8 @@ launched config (which list the file paths only), not in `run.json`, not in chec
 
 
 def hosted_md() -> str:
-    rows = [f"| `{h}` | {('`' + v + '`') if v != '—' else '—'} | {_cell(note)} |" for h, v, note in hosted.MAPPING]
+    rows = [f"| `{r.hosted}` | {('`' + r.target + '`') if r.target != '—' else '—'} | {_cell(r.note)} |"
+            for r in hosted.MAPPING]
     example = (
         "\n## Example\n\n```toml\n"
         'model = "PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT"\nmax_steps = 200\nbatch_size = 16\n'

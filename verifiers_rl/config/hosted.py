@@ -13,7 +13,7 @@ from, so an error found later (e.g. `trainer.args.temperature`) names the key th
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, ValidationError
 
@@ -102,49 +102,60 @@ class HostedConfig(Section):
     wandb: HostedWandb | None = None
 
 
-# (hosted key, vf-rl key, how) — docs/hosted.md is generated from this table.
-MAPPING: list[tuple[str, str, str]] = [
-    ("name", "trainer.args.run_name", "run name; the output dir is outputs/<name>"),
-    ("model", "model", "as is"),
-    ("max_steps", "trainer.args.max_steps", "default 100"),
-    ("batch_size", "trainer.args.batch_size", "rollouts per step, default 128; also sets trainer.args."
-     "micro_batch_size = gcd(batch_size, 8)"),
-    ("rollouts_per_example", "trainer.args.rollouts_per_example", "default 8"),
-    ("trajectory_strategy", "—", "\"interleaved\" is what the trainer does (a rollout's turns are one sample); "
-     "\"branching\" is an error (not supported yet)"),
-    ("learning_rate", "trainer.args.learning_rate", "as is"),
-    ("lora_alpha", "trainer.args.lora_alpha", "as is (LoRA is on by default)"),
-    ("oversampling_factor", "trainer.args.oversampling_factor", "generate that many times the groups a step "
-     "needs, so the groups left after buffer.online_difficulty_filtering fill it (needs the filter)"),
-    ("max_async_level", "trainer.args.max_async_level", "as is"),
-    ("env_file", "env_file", "paths relative to the config file; values go to the process environment only"),
-    ("sampling.max_tokens", "trainer.args.max_tokens", f"and trainer.args.max_seq_len = {PROMPT_BUDGET} + "
-     f"max_tokens, trainer.args.max_prompt_len = {PROMPT_BUDGET}"),
-    ("sampling.temperature", "trainer.args.temperature", "default 1.0; must be > 0 here (RL needs sampled "
-     "rollouts)"),
-    ("[[env]] (one)", "[env]", "`id`, `args`, `name` as is"),
-    ("[[env]] (several)", "env (a list)", "trained together (EnvGroup); batches in proportion to buffer.env_ratios"),
-    ("eval.interval", "eval.interval", f"periodic eval every N steps (default {DEFAULT_EVAL_INTERVAL})"),
-    ("eval.num_examples", "eval.num_examples", "default for each [[eval.env]] (-1 = all, the default)"),
-    ("eval.rollouts_per_example", "eval.rollouts_per_example", "default for each [[eval.env]] (default 1)"),
-    ("eval.eval_base_model", "eval.before", "also evaluate the starting model (default false); eval.after = false"),
-    ("[[eval.env]]", "[[eval.env]]", "`id`, `name`, `args`, `num_examples`, `rollouts_per_example` as is; none "
-     "given: the training env"),
-    ("val.interval", "trainer.args.eval_steps", "periodic eval on the training env's eval split (its train split "
-     "when it has none)"),
-    ("val.num_examples", "trainer.args.eval_num_examples", "as is"),
-    ("val.rollouts_per_example", "trainer.args.eval_rollouts_per_example", "as is"),
-    ("buffer.online_difficulty_filtering", "trainer.args.online_difficulty_filtering", "as is"),
-    ("buffer.easy_threshold", "trainer.args.easy_threshold", "as is"),
-    ("buffer.hard_threshold", "trainer.args.hard_threshold", "as is"),
-    ("buffer.easy_fraction", "trainer.args.easy_fraction", "as is"),
-    ("buffer.hard_fraction", "trainer.args.hard_fraction", "as is"),
-    ("buffer.env_ratios", "env.N.ratio", "one positive ratio per [[env]]: each batch holds the envs' groups in "
-     "that proportion"),
-    ("buffer.skip_verification", "—", "false: as is; true: error (not supported yet)"),
-    ("buffer.seed", "trainer.args.seed", "the run's seed (data order, sampling, buffer draws)"),
-    ("wandb.project / entity / name", "trainer.args.wandb", "turns W&B logging on; the API key comes from "
-     "WANDB_API_KEY (e.g. in an env_file)"),
+class Rule(NamedTuple):
+    """One hosted key: where it goes and how (docs/hosted.md is generated from these). `direct`: the value is
+    copied as it is to `target` (a trainer.args key) by `translate`; the others are spelled out in code below."""
+
+    hosted: str
+    target: str
+    note: str
+    direct: bool = False
+
+
+# The hosted format, stated once: `translate` applies the direct rules and the code below does the rest.
+MAPPING: list[Rule] = [
+    Rule("name", "trainer.args.run_name", "run name; the output dir is outputs/<name>", direct=True),
+    Rule("model", "model", "as is"),
+    Rule("max_steps", "trainer.args.max_steps", "default 100", direct=True),
+    Rule("batch_size", "trainer.args.batch_size", "rollouts per step, default 128; also sets trainer.args."
+         "micro_batch_size = gcd(batch_size, 8)", direct=True),
+    Rule("rollouts_per_example", "trainer.args.rollouts_per_example", "default 8", direct=True),
+    Rule("trajectory_strategy", "—", "\"interleaved\" is what the trainer does (a rollout's turns are one sample); "
+         "\"branching\" is an error (not supported yet)"),
+    Rule("learning_rate", "trainer.args.learning_rate", "as is", direct=True),
+    Rule("lora_alpha", "trainer.args.lora_alpha", "as is (LoRA is on by default)", direct=True),
+    Rule("oversampling_factor", "trainer.args.oversampling_factor", "generate that many times the groups a step "
+         "needs, so the groups left after buffer.online_difficulty_filtering fill it (needs the filter)", direct=True),
+    Rule("max_async_level", "trainer.args.max_async_level", "as is", direct=True),
+    Rule("env_file", "env_file", "paths relative to the config file; values go to the process environment only"),
+    Rule("sampling.max_tokens", "trainer.args.max_tokens", f"and trainer.args.max_seq_len = {PROMPT_BUDGET} + "
+         f"max_tokens, trainer.args.max_prompt_len = {PROMPT_BUDGET}", direct=True),
+    Rule("sampling.temperature", "trainer.args.temperature", "default 1.0; must be > 0 here (RL needs sampled "
+         "rollouts)", direct=True),
+    Rule("[[env]] (one)", "[env]", "`id`, `args`, `name` as is"),
+    Rule("[[env]] (several)", "env (a list)", "trained together (EnvGroup); batches in proportion to "
+         "buffer.env_ratios"),
+    Rule("eval.interval", "eval.interval", f"periodic eval every N steps (default {DEFAULT_EVAL_INTERVAL})"),
+    Rule("eval.num_examples", "eval.num_examples", "default for each [[eval.env]] (-1 = all, the default)"),
+    Rule("eval.rollouts_per_example", "eval.rollouts_per_example", "default for each [[eval.env]] (default 1)"),
+    Rule("eval.eval_base_model", "eval.before", "also evaluate the starting model (default false); eval.after = false"),
+    Rule("[[eval.env]]", "[[eval.env]]", "`id`, `name`, `args`, `num_examples`, `rollouts_per_example` as is; none "
+         "given: the training env"),
+    Rule("val.interval", "trainer.args.eval_steps", "periodic eval on the training env's eval split (its train split "
+         "when it has none)", direct=True),
+    Rule("val.num_examples", "trainer.args.eval_num_examples", "as is", direct=True),
+    Rule("val.rollouts_per_example", "trainer.args.eval_rollouts_per_example", "as is", direct=True),
+    Rule("buffer.online_difficulty_filtering", "trainer.args.online_difficulty_filtering", "as is", direct=True),
+    Rule("buffer.easy_threshold", "trainer.args.easy_threshold", "as is", direct=True),
+    Rule("buffer.hard_threshold", "trainer.args.hard_threshold", "as is", direct=True),
+    Rule("buffer.easy_fraction", "trainer.args.easy_fraction", "as is", direct=True),
+    Rule("buffer.hard_fraction", "trainer.args.hard_fraction", "as is", direct=True),
+    Rule("buffer.env_ratios", "env.N.ratio", "one positive ratio per [[env]]: each batch holds the envs' groups in "
+         "that proportion"),
+    Rule("buffer.skip_verification", "—", "false: as is; true: error (not supported yet)"),
+    Rule("buffer.seed", "trainer.args.seed", "the run's seed (data order, sampling, buffer draws)", direct=True),
+    Rule("wandb.project / entity / name", "trainer.args.wandb", "turns W&B logging on; the API key comes from "
+         "WANDB_API_KEY (e.g. in an env_file)"),
 ]
 
 
@@ -191,27 +202,32 @@ def _validate(raw: dict[str, Any]) -> HostedConfig:
         raise ConfigError(msg) from None
 
 
+def _hosted_value(h: HostedConfig, path: str) -> Any:
+    value: Any = h
+    for part in path.split("."):
+        value = getattr(value, part, None) if value is not None else None
+    return value
+
+
+def _put_direct(h: HostedConfig, a: _Args) -> None:
+    """Every direct rule of MAPPING: the hosted value, when given, as is."""
+    for rule in MAPPING:
+        if rule.direct:
+            value = _hosted_value(h, rule.hosted)
+            if value is not None:
+                a.put(rule.target.removeprefix("trainer.args."), value, rule.hosted)
+
+
 def _put_run_args(h: HostedConfig, a: _Args) -> None:
-    """Top-level keys and [sampling]."""
-    if h.name is not None:
-        a.put("run_name", h.name, "name")
-    a.put("max_steps", h.max_steps, "max_steps")
-    a.put("batch_size", h.batch_size, "batch_size")
-    a.put("rollouts_per_example", h.rollouts_per_example, "rollouts_per_example")
+    """What top-level keys and [sampling] imply beyond their direct rules."""
     if h.batch_size >= 1:
         a.put("micro_batch_size", math.gcd(h.batch_size, DEFAULT_MICRO_BATCH), "batch_size")
     if h.trajectory_strategy == "branching":
         raise ConfigError("trajectory_strategy: 'branching' is not supported yet by the local trainer; it trains "
                           "each rollout's turns as one sample ('interleaved')")
-    for key in ("learning_rate", "lora_alpha", "oversampling_factor", "max_async_level"):
-        value = getattr(h, key)
-        if value is not None:
-            a.put(key, value, key)
     if h.sampling.max_tokens is not None:
-        a.put("max_tokens", h.sampling.max_tokens, "sampling.max_tokens")
         a.put("max_seq_len", PROMPT_BUDGET + h.sampling.max_tokens, "sampling.max_tokens")
         a.put("max_prompt_len", PROMPT_BUDGET, "sampling.max_tokens")
-    a.put("temperature", h.sampling.temperature, "sampling.temperature")
 
 
 def _envs(h: HostedConfig, origin: dict[str, str]) -> Any:
@@ -233,25 +249,9 @@ def _envs(h: HostedConfig, origin: dict[str, str]) -> Any:
 
 
 def _put_val_buffer_wandb(h: HostedConfig, a: _Args) -> None:
-    if h.val is not None:
-        a.put("eval_steps", h.val.interval, "val.interval")
-        if h.val.num_examples is not None:
-            a.put("eval_num_examples", h.val.num_examples, "val.num_examples")
-        if h.val.rollouts_per_example is not None:
-            a.put("eval_rollouts_per_example", h.val.rollouts_per_example, "val.rollouts_per_example")
-
-    if h.buffer is not None:
-        b = h.buffer
-        for key in ("online_difficulty_filtering", "easy_threshold", "hard_threshold", "easy_fraction",
-                    "hard_fraction"):
-            value = getattr(b, key)
-            if value is not None:
-                a.put(key, value, f"buffer.{key}")
-        if b.skip_verification:
-            raise ConfigError("buffer.skip_verification: true is not supported yet by the local trainer (rollouts "
-                              "are always scored)")
-        if b.seed is not None:
-            a.put("seed", b.seed, "buffer.seed")
+    if h.buffer is not None and h.buffer.skip_verification:
+        raise ConfigError("buffer.skip_verification: true is not supported yet by the local trainer (rollouts "
+                          "are always scored)")
 
     if h.wandb is not None:
         a.put("wandb", {k: v for k, v in h.wandb.model_dump().items() if v is not None}, "wandb")
@@ -273,6 +273,7 @@ def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     h = _validate(raw)
     origin: dict[str, str] = {"model": "model", "env_file": "env_file"}
     a = _Args(origin)
+    _put_direct(h, a)
     _put_run_args(h, a)
     env = _envs(h, origin)
     _put_val_buffer_wandb(h, a)

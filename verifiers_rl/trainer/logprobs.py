@@ -89,6 +89,9 @@ def hidden_token_logprobs(
         if holder:
             ents.append(holder[0])
     lp_flat = torch.cat(lps).to(out_dtype) if lps else rows.new_zeros(0, dtype=out_dtype)
+    if not lps and grad:
+        # No position to score (e.g. a micro-batch of dropped rollouts): stay on the graph so backward still runs.
+        lp_flat = lp_flat + hidden.sum().to(out_dtype) * 0
     ent_flat = torch.cat(ents).to(out_dtype) if ents else rows.new_zeros(0, dtype=out_dtype).detach()
 
     def place(values: torch.Tensor) -> torch.Tensor:
