@@ -5,7 +5,7 @@
     (`min_tokens` = `max_tokens`), with logprobs on, as RL rollouts ask for them.
 Each is run once to warm up, then `--repeats` times (alternating); prints tokens/s and the engine/HF ratio.
 
-    python benchmarks/local_engine_throughput.py [--model DIR] [--prompts 64] [--tokens 32] [--repeats 3] [--threads N] [--hf-main-thread]
+    python benchmarks/local_engine_throughput.py [--model DIR] [--prompts 64] [--tokens 32] [--repeats 3] [--threads N] [--mixed] [--hf-main-thread]
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    ap.add_argument("--mixed", action="store_true",
+                    help="mixed lengths: row i wants 8 + (i * 7) % (T - 7) tokens (HF generate runs every row to the "
+                         "longest; both count only the wanted tokens)")
     ap.add_argument("--hf-main-thread", action="store_true",
                     help="run the plain HF generate in the main thread (default: a worker thread, like the engine)")
     args = ap.parse_args()
@@ -58,8 +61,9 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     N, T = args.prompts, args.tokens
     prompts = _prompts(N)
+    wants = [8 + (i * 7) % (T - 7) if args.mixed and T > 8 else T for i in range(N)]
     print(f"model: {model_dir}  ({sum(p.numel() for p in model.parameters()):,} params)  "
-          f"torch threads: {torch.get_num_threads()}  prompts: {N}  new tokens: {T}")
+          f"torch threads: {torch.get_num_threads()}  prompts: {N}  new tokens: {T}{' (mixed)' if args.mixed else ''}")
 
     # (a) plain HF generate: one left-padded batch
     encoded = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
@@ -84,7 +88,7 @@ def main() -> None:
                 out = pool.submit(hf_generate).result()
         dt = time.perf_counter() - t0
         assert out.shape == (N, batch["input_ids"].shape[1] + T)
-        return N * T / dt
+        return sum(wants) / dt
 
     # (b) the engine, N concurrent chat requests
     engine = LocalEngine(model, tok, max_batch_size=max(N, 1))
@@ -93,10 +97,10 @@ def main() -> None:
         t0 = time.perf_counter()
         results = await asyncio.gather(*[
             engine.client.chat.completions.create(
-                model="tiny", messages=m, max_tokens=T, temperature=1.0, logprobs=True,
-                extra_body={"min_tokens": T, "return_token_ids": True},
+                model="tiny", messages=m, max_tokens=n, temperature=1.0, logprobs=True,
+                extra_body={"min_tokens": n, "return_token_ids": True},
             )
-            for m in prompts
+            for m, n in zip(prompts, wants)
         ])
         dt = time.perf_counter() - t0
         n_tok = sum(len(c.token_ids) for r in results for c in r.choices)
@@ -105,7 +109,7 @@ def main() -> None:
     def engine_once() -> float:
         calls = engine.generate_calls
         n_tok, dt = asyncio.run(engine_round())
-        assert n_tok == N * T, n_tok
+        assert n_tok == sum(wants), n_tok
         assert engine.generate_calls - calls == 1, "requests were not batched into one generate call"
         return n_tok / dt
 

@@ -11,6 +11,7 @@ during loss + backward minus the RSS after loading (VmHWM reset through /proc/se
 - full: the full-logits path RLTrainer used before (all logits, then log-softmax), for reference.
 
     python benchmarks/loss_memory.py [--batch 8] [--prompt 128] [--completion 384] [--sides ours,trl,full]
+                                     [--mmap-threshold 65536]
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--completion", type=int, default=384)
     p.add_argument("--sides", default="ours,trl,full")
+    p.add_argument("--mmap-threshold", type=int, default=0,
+                   help="run every child with MALLOC_MMAP_THRESHOLD_=N: glibc then returns freed large buffers to "
+                        "the OS at once instead of keeping them in its heap (which RSS counts)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
@@ -128,6 +132,8 @@ def main() -> None:
         return
     print("command: python " + " ".join(sys.argv), flush=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if a.mmap_threshold:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(a.mmap_threshold)
     res = {}
     for side in a.sides.split(","):
         cmd = [sys.executable, __file__, "--child", side, "--batch", str(a.batch), "--prompt", str(a.prompt),
@@ -142,7 +148,7 @@ def main() -> None:
         print(f"{side:5s}: peak RSS during loss+backward - RSS after loading = {d['delta_mb']:8.0f} MB "
               f"(after loading {d['after_load_mb']:.0f} MB, {d['seconds']:.2f} s)", flush=True)
     print(f"V=151936, hidden 1024, 2 layers, LoRA r=8, {a.batch} x ({a.prompt} prompt + {a.completion} completion)"
-          " tokens")
+          f" tokens{f', MALLOC_MMAP_THRESHOLD_={a.mmap_threshold}' if a.mmap_threshold else ''}")
     if "ours" in res and "trl" in res:
         print(f"memory ratio ours / TRL: {res['ours']['delta_mb'] / res['trl']['delta_mb']:.3f}")
     if "ours" in res and "full" in res:

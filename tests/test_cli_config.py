@@ -364,7 +364,13 @@ def test_trainer_process_and_vllm_server_config(tmp_path):
 
     p = plan({**BASE, "inference": {"gpus": 2}, "trainer": {"gpus": 2}}, 4)
     [trainer] = build_processes(p, tmp_path / "rl.toml")
-    assert trainer.cmd[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "2"]
+    assert trainer.cmd[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    assert p.world_size == 2 and trainer.cmd[-4] == "-m"
+    # [trainer] processes on the CPU: torchrun with that many; on GPUs it must match trainer.gpus
+    cpu2 = plan({**BASE, "trainer": {"processes": 2}}, 0)
+    assert cpu2.world_size == 2 and cpu2.launcher[1:6] == trainer.cmd[1:6]
+    assert any("training: 2 processes (torchrun)" in line for line in cpu2.lines)
+    assert err(plan, {**BASE, "trainer": {"gpus": 2, "processes": 3}}, 4).startswith("trainer.processes: 3 asked")
     assert trainer.cmd[-3:] == ["verifiers_rl.launch", "worker", str(tmp_path / "rl.toml")]
     assert trainer.env["CUDA_VISIBLE_DEVICES"] == "2,3"
     [cpu] = build_processes(plan(BASE, 0), tmp_path / "rl.toml")

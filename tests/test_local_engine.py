@@ -207,7 +207,10 @@ def test_model_generation_config_defaults_do_not_leak(tiny_model_dir, capfd):
 # -------------------------------------------------------------------------------------------- batching
 
 
-def test_concurrent_requests_are_batched(engine):
+@pytest.mark.parametrize("in_loop_thread", [True, False])
+def test_concurrent_requests_are_batched(engine, in_loop_thread, monkeypatch):
+    # decoding on the event loop's thread (default) or in a worker thread: the same batching and results
+    monkeypatch.setattr(engine, "decode_in_loop_thread", in_loop_thread)
     calls = []
 
     def count_prefills(module, args, kwargs):

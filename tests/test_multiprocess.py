@@ -24,7 +24,8 @@ from verifiers_rl.plan.launch import torchrun_command
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "fixtures" / "multiprocess_worker.py"
 REPO = HERE.parent
-LAUNCH_TIMEOUT = 120
+LAUNCH_TIMEOUT = 115  # each launch's own limit; every test's pytest timeout is 120 s
+TEST_TIMEOUT = 120
 FAULT_S = 30
 
 
@@ -77,7 +78,7 @@ def one_rank(tiny_model_dir, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+@pytest.mark.timeout(TEST_TIMEOUT)
 @pytest.mark.parametrize("name", ["lora-ddp", "full-ddp", "lora-fsdp", "full-fsdp"])
 def test_two_processes_make_the_same_update_as_one(two_ranks, one_rank, name):
     """3 groups over 2 ranks (2 + 1, the middle one all errored: rank 1 trains no token): the weights after one
@@ -96,21 +97,43 @@ def test_two_processes_make_the_same_update_as_one(two_ranks, one_rank, name):
     assert info["shard_fraction"] == (pytest.approx(0.5, abs=0.02) if name.endswith("fsdp") else 1.0)
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+@pytest.mark.timeout(TEST_TIMEOUT)
 def test_uneven_drops_keep_training(two_ranks):
     """Rank 1's rollouts are all dropped on every step (FSDP2, full fine-tuning): it pads with zero-weight
     micro-batches and the run reaches its last step."""
     assert json.loads((two_ranks / "drop-all.json").read_text())["step"] == 3
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def counted_and_resumed(tiny_model_dir, tmp_path_factory) -> Path:
+    """Two "machines" on 127.0.0.1: `torchrun --nnodes 2` (one process each), c10d rendezvous, as docs/multi-node.md
+    says to start them; generation counted, then checkpoint / resume."""
     out = tmp_path_factory.mktemp("mp") / "count"
-    torchrun(tiny_model_dir, out, "count", "resume")
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(k), "--nproc_per_node",
+         "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "vf-test", "--max_restarts", "0",
+         str(WORKER), str(tiny_model_dir), str(out), "count", "resume"],
+        cwd=out.parent, stdout=(out / f"node{k}.log").open("w"), stderr=subprocess.STDOUT) for k in (0, 1)]
+    try:
+        for k, p in enumerate(nodes):
+            assert p.wait(timeout=LAUNCH_TIMEOUT) == 0, (out / f"node{k}.log").read_text()[-6000:]
+    finally:
+        for p in nodes:
+            p.kill()
     return out
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.mark.timeout(TEST_TIMEOUT)
 def test_each_rollout_is_generated_once(counted_and_resumed):
     """2 steps x 2 groups of 4 with the local engine: every group is generated (and scored) by one rank only."""
     lines = {r: (counted_and_resumed / f"count-rank{r}.txt").read_text().split() for r in (0, 1)}
@@ -120,7 +143,7 @@ def test_each_rollout_is_generated_once(counted_and_resumed):
         assert all(answers.count(a) == 4 for a in answers)  # whole groups
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.mark.timeout(TEST_TIMEOUT)
 @pytest.mark.parametrize("name", ["lora-ddp", "full-fsdp"])
 def test_checkpoint_at_2_resumed_to_4_equals_straight_4(counted_and_resumed, name):
     got = json.loads((counted_and_resumed / f"resume-{name}.json").read_text())
@@ -132,7 +155,7 @@ def _ranks(out: Path) -> dict[int, int]:
     return {r: int((out / f"pid-{r}").read_text()) for r in (0, 1) if (out / f"pid-{r}").exists()}
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT)
 def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
     out = tmp_path / "killed"
     p = start(tiny_model_dir, out, "hang")
@@ -148,7 +171,7 @@ def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
         p.kill()
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT)
 def test_sigint_ends_every_rank(tiny_model_dir, tmp_path):
     """Ctrl-C in a terminal reaches torchrun (its ranks run in sessions of their own): every rank ends."""
     out = tmp_path / "sigint"
@@ -163,7 +186,7 @@ def test_sigint_ends_every_rank(tiny_model_dir, tmp_path):
         p.kill()
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT)
 def test_ranks_die_with_a_killed_launcher(tiny_model_dir, tmp_path):
     """torchrun killed outright (SIGKILL, no chance to stop its ranks): the ranks end too (PR_SET_PDEATHSIG)."""
     out = tmp_path / "launcher"
@@ -181,7 +204,7 @@ def test_ranks_die_with_a_killed_launcher(tiny_model_dir, tmp_path):
 QUICKSTART = REPO / "configs" / "vf-rl" / "quickstart.toml"
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+@pytest.mark.timeout(TEST_TIMEOUT)
 def test_vf_rl_runs_the_quickstart_rl_phase_with_two_processes(tmp_path):
     """`[trainer] processes = 2`: torchrun starts two workers; rank 0 builds the tiny model and the warm-up once."""
     vf_rl = Path(sys.executable).with_name("vf-rl")
@@ -189,7 +212,7 @@ def test_vf_rl_runs_the_quickstart_rl_phase_with_two_processes(tmp_path):
            "--warmup.output-dir", str(tmp_path / "warmup"), "--warmup.max-steps", "2", "--warmup.num-examples", "32",
            "--trainer.args.max-steps", "2", "--trainer.args.batch-size", "16", "--trainer.args.micro-batch-size",
            "8", "--trainer.processes", "2", "--no-eval", "--output-dir", "outputs/two"]
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT + 50)
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
     text = r.stdout + r.stderr
     assert r.returncode == 0, text[-5000:]
     assert "training: 2 processes (torchrun)" in text  # the plan's line

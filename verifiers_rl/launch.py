@@ -43,7 +43,10 @@ def worker_main(config_path: str) -> int:
 
     try:
         resolved, _ = load_run(["@", config_path])
-        plan = read_plan(Path(config_path).parent / PLAN_FILE)
+        plan_path = Path(config_path).parent / PLAN_FILE
+        # no plan.json: a config from `vf-rl --dry-run` started by hand (torchrun on several machines,
+        # docs/multi-node.md): the trainer plans from its RLConfig, as in a script
+        plan = read_plan(plan_path) if plan_path.exists() else None
         apply_process_settings(resolved.cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -132,7 +132,8 @@ def model_hub_message(model: str) -> str:
 
 
 def dataset_hub_message(env_id: str, takes_dataset_source: bool) -> str:
-    fix = ("pass dataset_source=offline (vf-eval -a '{\"dataset_source\": \"offline\"}', or [env] args)"
+    fix = ("pass dataset_source=offline to it ([env] args = { dataset_source = \"offline\" } in vf-rl, "
+           "-a '{\"dataset_source\": \"offline\"}' in vf-eval)"
            if takes_dataset_source else "run where the hub is reachable once (the dataset is then cached)")
     return f"environment {env_id!r}: its dataset is not in the local cache and {hub_state()}; {fix}"
 

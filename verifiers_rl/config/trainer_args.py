@@ -86,9 +86,12 @@ def rl_field_info() -> RLFieldInfo:
                 defaults[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
                 defaults[f.name] = f.default_factory()  # type: ignore[misc]
+        types = {f.name: hints.get(f.name, Any) for f in fields}
+        if "fsdp" in types:  # annotated str, but True / a list of options is how transformers documents it
+            types["fsdp"] = bool | str | list[str] | None
         _RL_INFO = RLFieldInfo(
             names=[f.name for f in fields], own=[n for n in own_ann if n in {f.name for f in fields}],
-            types={f.name: hints.get(f.name, Any) for f in fields}, defaults=defaults,
+            types=types, defaults=defaults,
             help={f.name: str(f.metadata.get("help", "")) for f in fields})
     return _RL_INFO
 

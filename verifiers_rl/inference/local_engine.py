@@ -1,13 +1,13 @@
 """In-process generation with the policy model behind an async OpenAI chat-completions interface.
 
 The environments call `engine.client.chat.completions.create(...)` exactly as they would call a vLLM server;
-concurrent requests are collected by a per-event-loop worker and run as shared batched `model.generate` calls
-in a worker thread. Responses are real `openai.types.chat.ChatCompletion` objects shaped like vLLM's with
+concurrent requests are collected by a per-event-loop worker and run as shared batched decode calls (a bare
+forward loop over the KV cache, `local_decode`) in a worker thread. Responses are real `openai.types.chat.ChatCompletion` objects shaped like vLLM's with
 `return_token_ids`: top-level `prompt_token_ids`, per-choice `token_ids`, and sampling logprobs.
 
 Sampling semantics (documented because RL depends on them):
-- Tokens are sampled by our own logits processor; `generate` itself runs greedy on a one-hot score vector, so
-  HF adds no warpers of its own and the model's `generation_config` sampling defaults never leak in.
+- Tokens are sampled by our own sampler (`local_sampling.Sampler.choose`) on the last position's logits; HF's
+  `generate` and its processors are not involved, so the model's `generation_config` defaults never leak in.
 - Processing order: repetition penalty → min_tokens EOS mask → temperature → top-k → top-p → min-p (HF's order).
   The logprob returned is log_softmax of the processed scores, i.e. of the distribution actually sampled from,
   so it matches `log_softmax(logits / temperature)` when no filtering is active. With temperature 0 (greedy) it is
@@ -24,11 +24,11 @@ Sampling semantics (documented because RL depends on them):
   that fills the context raises `openai.BadRequestError` ("maximum context length ...").
 - Unsupported OpenAI arguments (frequency/presence penalties, response_format, ...) are ignored.
 
-The model is switched to eval mode for the duration of each `generate` and restored afterwards; don't run a
+The model is switched to eval mode for the duration of each decode call and restored afterwards; don't run a
 training step on the same model concurrently with generation.
 
 Layout: this module (the engine and its client), `local_openai` (arguments → request, results → response),
-`local_worker` (batching, the generate call), `local_sampling` (sampler and stop criteria; torch only).
+`local_worker` (batching), `local_decode` (the decode loop), `local_sampling` (sampler and stop criteria).
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class LocalEngine:
         batch_wait_s: float = 0.005,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         max_model_len: int | None = None,
+        decode_in_loop_thread: bool = True,
     ):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
@@ -93,8 +94,11 @@ class LocalEngine:
         self.default_max_tokens = default_max_tokens
         # like vLLM's --max-model-len: the context a request may fill; without max_tokens, a reply may use the rest
         self.max_model_len = max_model_len
+        # Decode batches on the event loop's own thread (blocking it meanwhile) rather than a worker thread: the
+        # loop's thread is where the caller trains, so torch keeps one intra-op thread team (faster on CPU).
+        self.decode_in_loop_thread = decode_in_loop_thread
         self.client = LocalClient(self)
-        self.generate_calls = 0  # how many model.generate calls ran (observability for tests/benchmarks)
+        self.generate_calls = 0  # how many batched decode calls ran (observability for tests/benchmarks)
         self._worker = BatchWorker(self)
         self._tokens = TokenTexts(tokenizer)
 

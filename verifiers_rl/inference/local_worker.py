@@ -119,7 +119,12 @@ class BatchWorker:
             if not chunk:
                 continue
             try:
-                results = await asyncio.to_thread(self.run_batch, dist, chunk)
+                if self.engine.decode_in_loop_thread:
+                    # Same thread as the caller's torch work: one OpenMP team. A second thread's team spins on
+                    # the same cores after each parallel region and slows both (measured: local_engine_throughput).
+                    results = self.run_batch(dist, chunk)
+                else:
+                    results = await asyncio.to_thread(self.run_batch, dist, chunk)
             except asyncio.CancelledError:
                 raise
             except BaseException as e:  # noqa: BLE001 - every waiter must hear about the failure

@@ -139,6 +139,8 @@ def _eval_with_bar(trainer: Any, console: Any, label: str, env: Any, n: int, r: 
     """trainer.eval_states with a rollout bar (gone when done: the result line follows)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if not console.is_terminal:  # a log file: the result line is enough
+        return trainer.eval_states(env, n, r, sampling)
     total = len(env.get_eval_dataset(n=n)) * r
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:

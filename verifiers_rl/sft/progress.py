@@ -33,13 +33,14 @@ class SFTProgress(TrainerCallback):
             self.progress.update(self.task, completed=state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.progress is None or not logs or "loss" not in logs:
+        key = "loss" if "loss" in (logs or {}) else "train_loss"  # train_loss: the run's mean, logged at the end
+        if self.progress is None or not logs or key not in logs:
             return
-        info = f"loss {float(logs['loss']):.4f}"
+        info = f"loss {float(logs[key]):.4f}"
         if "learning_rate" in logs:
             info += f" · lr {float(logs['learning_rate']):.2g}"
         self.progress.update(self.task, info=info)
-        if not self.console.is_terminal:  # a log file: the bar is drawn once at the end, so say it as we go
+        if key == "loss" and not self.console.is_terminal:  # a log: the bar is drawn once at the end
             self.console.print(f"{self.label} step {state.global_step}/{state.max_steps}: {info}", highlight=False)
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -36,8 +36,10 @@ class SFTSettings(BaseModel):
     report_to: str | list[str] = "none"
 
 
-def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, console: Any = None) -> tuple[Path, float]:
-    """Train; returns (output dir, final training loss)."""
+def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, console: Any = None,
+            label: str = "SFT", header: bool = True) -> tuple[Path, float]:
+    """Train; returns (output dir, final training loss). `label` names its progress bar; `header`: a line with
+    the settings first (vf-rl's warm-up writes its own)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -85,10 +87,12 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     from verifiers_rl.sft.progress import SFTProgress
 
     console = console or Console()
-    console.print(f"SFT: {settings.max_steps} steps on {len(rows)} rows "
-                  f"({'LoRA' if settings.use_lora else 'full'}, batch {settings.batch_size}, lr {settings.learning_rate})")
+    if header:
+        kind = "LoRA" if settings.use_lora else "full"
+        console.print(f"SFT: {settings.max_steps} steps on {len(rows)} rows ({kind}, batch {settings.batch_size}, "
+                      f"lr {settings.learning_rate})")
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
-    trainer.add_callback(SFTProgress(console))
+    trainer.add_callback(SFTProgress(console, label))
     result = trainer.train()
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))

@@ -50,11 +50,12 @@ def run_warmup(model: str, env: Any, output_dir: str | Path, *, completion_forma
     work = out.with_name(out.name + ".tmp")
     rows = sft_rows(env, completion_format, num_examples)
     if console:
-        console.print(f"warm-up: SFT on the environment's data ({len(rows)} examples)")
+        console.print(f"warm-up: SFT on the environment's data ({len(rows)} examples), {max_steps} steps "
+                      f"(batch {batch_size}, lr {learning_rate})")
     _, loss = run_sft(model, rows, SFTSettings(
         output_dir=str(work), max_steps=max_steps, learning_rate=learning_rate, batch_size=batch_size,
         lr_scheduler_type=lr_scheduler_type, max_length=max_length, seed=seed, save_steps=max_steps + 1,
-        logging_steps=logging_steps), console=console)
+        logging_steps=logging_steps), console=console, label="warm-up", header=False)
     _marker(work).write_text(json.dumps({"settings": settings, "train_loss": loss,
                                          "seconds": time.perf_counter() - t0}, indent=2))
     if out.exists():

@@ -17,7 +17,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 23
-"""Logit elements per chunk (32 MiB in fp32): ≈55 rows at Qwen3's 151,936-token vocabulary."""
+"""Logit elements per chunk (32 MiB in fp32; rounded up to whole rows): 56 rows at Qwen3's 151,936 vocabulary."""
 
 
 def _needs_upcast(t: torch.Tensor) -> bool:
@@ -78,7 +78,9 @@ def hidden_token_logprobs(
     vocab = probe.shape[-1] if probe is not None else 1
     out_dtype = torch.float32 if probe is None or _needs_upcast(probe) else probe.dtype
     del probe
-    step = max(1, chunk_elements // vocab)
+    # One row past the budget: with the default budget a chunk's [rows, V] fp32 buffers then exceed glibc's 32 MiB
+    # adaptive mmap cap, so each is mapped and unmapped whole instead of lingering in the heap (RSS) once freed.
+    step = chunk_elements // vocab + 1
     grad = torch.is_grad_enabled() and rows.requires_grad
     lps: list[torch.Tensor] = []
     ents: list[torch.Tensor] = []

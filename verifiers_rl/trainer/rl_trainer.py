@@ -31,6 +31,7 @@ from verifiers_rl.trainer.loss import LossConfig, compute_loss, masked_mean
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.model_loading import load_policy
 from verifiers_rl.trainer.orchestrator import Orchestrator
+from verifiers_rl.trainer.sharding import FSDPCheckpoints
 from verifiers_rl.trainer.token_export import sequence_records, write_records
 
 STAGING_DIR = ".staging"
@@ -63,7 +64,7 @@ class _ResumeSync(TrainerCallback):
         return control
 
 
-class RLTrainer(Trainer):
+class RLTrainer(FSDPCheckpoints, Trainer):
     def __init__(self, model: Any, env: Any, args: RLConfig | None = None, processing_class: Any = None,
                  peft_config: Any = None, callbacks: list | None = None, eval_envs: Any = None,
                  vllm_server: Any = None, plan: Any = None, **kwargs: Any):
@@ -195,7 +196,6 @@ class RLTrainer(Trainer):
         """Backpropagate this rank's share of the step's samples, micro-batch by micro-batch; returns the summed
         loss (detached) and the loss metrics, token-weighted over the micro-batches."""
         args = self.args
-        # Each rank trains on its own slice; the loss is normalized by the tokens of the whole step.
         world, rank = args.world_size, args.process_index
         # `samples` are this rank's own groups; the loss is normalized by the loss tokens of the whole step, and
         # every rank runs as many micro-batches as the busiest one (zero-weight padding: FSDP/DDP collectives).
@@ -428,41 +428,6 @@ class RLTrainer(Trainer):
         staging = os.path.join(self.args.output_dir, STAGING_DIR)
         if self.is_world_process_zero() and os.path.isdir(staging):
             shutil.rmtree(staging, ignore_errors=True)
-
-    # FSDP2 applied by sharding.py: the unsharded copy is what is saved and loaded; optimizer shards per rank
-    def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
-        if self.sharded is None:
-            return super()._save(output_dir, state_dict)
-        sharded, self.model = self.model, self.sharded.full  # gathered after every optimizer step
-        try:
-            super()._save(output_dir, state_dict)
-        finally:
-            self.model = sharded
-
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        if self.sharded is None or not self.sharded.applied:
-            return super()._save_optimizer_and_scheduler(output_dir)
-        from verifiers_rl.trainer.sharding import save_optimizer_shard
-
-        save_optimizer_shard(self.optimizer, output_dir, self.args.process_index)
-        if self.args.should_save:
-            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        if self.sharded is None or not self.sharded.applied or checkpoint is None:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        from verifiers_rl.trainer.sharding import load_optimizer_shard
-
-        load_optimizer_shard(self.optimizer, checkpoint, self.args.process_index)
-        self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, "scheduler.pt")))
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        if self.sharded is None or not self.sharded.applied or model is not None:
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        from verifiers_rl.trainer.sharding import load_full_into_shards
-
-        super()._load_from_checkpoint(resume_from_checkpoint, self.sharded.full)
-        load_full_into_shards(self.sharded.full, self.model)
 
     def _get_output_dir(self, trial: Any) -> str:
         if getattr(self, "_saving_to", None):

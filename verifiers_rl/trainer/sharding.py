@@ -17,6 +17,7 @@ gathered (the frozen base never changes).
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 from verifiers_rl.errors import ConfigError
@@ -154,8 +155,6 @@ def _params(optimizer: Any) -> list[Any]:
 
 
 def save_optimizer_shard(optimizer: Any, output_dir: str, rank: int) -> None:
-    import os
-
     import torch
     from torch.distributed.tensor import DTensor
 
@@ -168,8 +167,6 @@ def save_optimizer_shard(optimizer: Any, output_dir: str, rank: int) -> None:
 
 
 def load_optimizer_shard(optimizer: Any, checkpoint: str, rank: int) -> None:
-    import os
-
     import torch
     from torch.distributed.tensor import DTensor
 
@@ -197,3 +194,45 @@ def load_full_into_shards(full: Any, sharded: Any) -> None:
                 p.to_local().copy_(local.to_local())
             else:
                 p.copy_(src[name])
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+class FSDPCheckpoints:
+    """RLTrainer's checkpoints under FSDP2 applied here (`self.sharded`, a ShardedPolicy or None): the unsharded
+    copy is what is saved and loaded (a loadable HF model dir / adapter), the optimizer one shard per rank. A mixin
+    before `transformers.Trainer`: without sharding every method is Trainer's own."""
+
+    sharded: ShardedPolicy | None = None
+
+    def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+        if self.sharded is None:
+            return super()._save(output_dir, state_dict)
+        sharded, self.model = self.model, self.sharded.full  # gathered after every optimizer step
+        try:
+            super()._save(output_dir, state_dict)
+        finally:
+            self.model = sharded
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if self.sharded is None or not self.sharded.applied:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        save_optimizer_shard(self.optimizer, output_dir, self.args.process_index)
+        if self.args.should_save:
+            _torch().save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if self.sharded is None or not self.sharded.applied or checkpoint is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        load_optimizer_shard(self.optimizer, checkpoint, self.args.process_index)
+        self.lr_scheduler.load_state_dict(_torch().load(os.path.join(checkpoint, "scheduler.pt")))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        if self.sharded is None or not self.sharded.applied or model is not None:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        super()._load_from_checkpoint(resume_from_checkpoint, self.sharded.full)
+        load_full_into_shards(self.sharded.full, self.model)
