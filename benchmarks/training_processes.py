@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -58,9 +59,12 @@ def main() -> None:
     for n in (1, 2):
         out = tmp / f"p{n}"
         cmd = ([sys.executable] if n == 1 else torchrun_command(n)) + [
-            __file__, "--run", model, str(out), str(a.steps), str(a.batch)]
+            __file__, "run", model, str(out), str(a.steps), str(a.batch)]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # one thread per process in both runs: torchrun sets OMP_NUM_THREADS=1 for its ranks, and a single process
+        # with the default threads on a busy 2-core machine measured 10x slower here (oversubscription)
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         results[n] = {**measure(out), "wall_s": time.perf_counter() - t0}
     for n, r in results.items():
         print(f"{n} process{'es' if n > 1 else ''}: {a.batch / r['step_s']:.1f} rollouts/s, step {r['step_s']:.2f} s "
@@ -72,7 +76,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--run":
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
         train(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         main()
