@@ -174,6 +174,23 @@ def test_drift_is_one_line_naming_env_version_and_fix_and_is_counted(tiny_model_
         assert all(r["error"] for r in rows)
 
 
+@requires_real
+def test_an_env_failing_to_build_under_real_verifiers_is_one_line_naming_the_version_and_fix(tiny_model_dir,
+                                                                                             tmp_path):
+    """An env file written for another verifiers release (here: a name 0.3.1 does not have) fails inside its own
+    load_environment(): vf-eval says so in one line with the installed version and the fix."""
+    folder = tmp_path / "environments" / "old_env"
+    folder.mkdir(parents=True)
+    (folder / "old_env.py").write_text("import verifiers as vf\n\n\ndef load_environment(**kw):\n"
+                                       "    return vf.NameFromAnotherRelease(**kw)\n")
+    cmd = [sys.executable, "-m", "verifiers_rl.cli.eval", "old-env", "-m", str(tiny_model_dir), "-n", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    [line] = [ln for ln in p.stderr.splitlines() if "load_environment() failed" in ln]
+    assert f"under verifiers {VERSION}" in line and "NameFromAnotherRelease" in line
+    assert "VF_VERIFIERS_RUNTIME=ours" in line
+
+
 # --- the local engine as an HTTP endpoint, for code that takes a URL ------------------------------------------
 @requires_real
 def test_local_engine_http_endpoint_serves_a_real_env_through_verifiers_own_client(tiny_model_dir):

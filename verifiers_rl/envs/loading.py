@@ -252,9 +252,22 @@ def load_environment(env_id: str, **env_args: Any) -> Any:
             raise EnvironmentArgsError(
                 f"environment {env_id!r} does not take argument(s) {', '.join(hints)}; it accepts: "
                 f"{', '.join(params) or '(none)'}")
-    env = loader(**env_args)
-    env.env_id = env_id.strip().rstrip("/").split("/")[-1]
     from verifiers_rl import verifiers_runtime
+
+    try:
+        env = loader(**env_args)
+    except OSError:  # a download or file problem, not version drift: its own message says what
+        raise
+    except Exception as e:
+        runtime = verifiers_runtime.current()
+        if runtime.name != "real":
+            raise
+        from verifiers_rl.envs.real_runtime import FIX
+
+        raise EnvironmentLoadError(
+            f"environment {env_id!r}: load_environment() failed under verifiers {runtime.version}: {first_line(e)}; "
+            f"the env file may target another verifiers release: {FIX}") from e
+    env.env_id = env_id.strip().rstrip("/").split("/")[-1]
 
     verifiers_runtime.announce()
     return env
