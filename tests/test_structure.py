@@ -97,7 +97,7 @@ def test_no_import_cycles_between_modules_or_subpackages():
 # defines, validates, documents and translates them; only `verifiers_rl.plan` decides with them.
 RL_SETTINGS = {"inference_backend", "vllm_server_urls", "vllm_server_host", "vllm_server_port",
                "vllm_weight_transfer", "vllm_weight_transfer_host", "local_async"}
-SECTION_SETTINGS = {"backend", "urls", "gpus", "colocate"}  # of [inference] / [trainer]
+SECTION_SETTINGS = {"backend", "urls", "gpus", "colocate", "processes"}  # of [inference] / [trainer]
 ALLOWED = ("verifiers_rl.plan", "verifiers_rl.config", "verifiers_rl.trainer.config")
 
 
