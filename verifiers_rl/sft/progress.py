@@ -36,7 +36,7 @@ class SFTProgress(TrainerCallback):
         key = "loss" if "loss" in (logs or {}) else "train_loss"  # train_loss: the run's mean, logged at the end
         if self.progress is None or not logs or key not in logs:
             return
-        info = f"loss {float(logs[key]):.4f}"
+        info = f"{'loss' if key == 'loss' else 'mean loss'} {float(logs[key]):.4f}"
         if "learning_rate" in logs:
             info += f" · lr {float(logs['learning_rate']):.2g}"
         self.progress.update(self.task, info=info)

@@ -64,5 +64,5 @@ def run_warmup(model: str, env: Any, output_dir: str | Path, *, completion_forma
         shutil.rmtree(out)
     work.rename(out)  # complete or absent: a killed warm-up is never reused
     if console:
-        console.print(f"warm-up: done in {time.perf_counter() - t0:.0f} s, loss {loss:.3f} → {out}")
+        console.print(f"warm-up: done in {time.perf_counter() - t0:.0f} s, mean loss {loss:.3f} → {out}")
     return out
