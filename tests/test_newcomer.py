@@ -287,3 +287,29 @@ def test_the_quickstart_console_is_ours(tmp_path):
     assert "warm-up: SFT on the environment's data (64 examples), 3 steps" in out
     assert re.search(r"^warm-up .* 3/3 +loss \d", out, re.M)  # the SFT bar, drawn once at the end in a log
     assert "held-out eval after RL" in out and "step 1/1" in out
+
+
+def test_rl_progress_bar_in_a_terminal_and_plain_lines_in_a_log():
+    """The RL phase draws a bar under its step lines in a terminal; piped (vf-rl's log), the lines alone."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from verifiers_rl.trainer.callbacks import ConsoleCallback
+
+    for terminal in (True, False):
+        buf = io.StringIO()
+        cb = ConsoleCallback(Console(file=buf, force_terminal=terminal, width=100))
+        state = SimpleNamespace(is_world_process_zero=True, max_steps=3, global_step=0)
+        cb.on_train_begin(None, state, None)
+        for step in (1, 2, 3):
+            state.global_step = step
+            cb.on_step_end(None, state, None)
+            cb.on_log(None, state, None, logs={"reward/all/mean": 0.5, "loss/mean": 0.1})
+        cb.on_train_end(None, state, None)
+        import re
+
+        out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())
+        assert "step 3/3" in out and "reward 0.5" in out
+        assert ("━" in out) == terminal and cb.progress is None

@@ -44,6 +44,26 @@ class ConsoleCallback(TrainerCallback):
         from rich.console import Console
 
         self.console = console or Console()
+        self.progress: Any = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # In a terminal, a bar under the step lines (they print above it); in a log file, the lines alone.
+        if state.is_world_process_zero and self.console.is_terminal and self.progress is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+            self.progress = Progress("RL", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                     TimeRemainingColumn(), console=self.console)
+            self.task = self.progress.add_task("RL", total=state.max_steps, completed=state.global_step)
+            self.progress.start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
