@@ -285,7 +285,7 @@ def test_the_quickstart_console_is_ours(tmp_path):
     assert r.returncode == 0, out[-3000:]
     assert not [line for line in out.splitlines() if any(n in line for n in _NOISE)], out[-3000:]
     assert "warm-up: SFT on the environment's data (64 examples), 3 steps" in out
-    assert re.search(r"^warm-up .* 3/3 +loss \d", out, re.M)  # the SFT bar, drawn once at the end in a log
+    assert re.search(r"^warm-up .* 3/3 +mean loss \d", out, re.M)  # the SFT bar, drawn once at the end in a log
     assert "held-out eval after RL" in out and "step 1/1" in out
 
 
