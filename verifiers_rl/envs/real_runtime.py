@@ -26,6 +26,7 @@ from typing import Any, Awaitable, Callable
 
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.errors import ModelServerError
+from verifiers_rl.utils.async_utils import gather_flat, maybe_await
 
 logger = logging.getLogger(__name__)
 
@@ -249,19 +250,11 @@ async def generate_states_real(env: Any, rows: list[dict], client: Any, model: s
             s["timing"] = {**(s.get("timing") or {}), "generation_s": time.perf_counter() - t0, "scoring_s": 0.0}
             s["tokens"] = rollout_tokens(s)
         if on_group_done is not None:
-            res = on_group_done(states)
-            if asyncio.iscoroutine(res):
-                await res
+            await maybe_await(on_group_done, states)
         return states
 
-    tasks = [asyncio.ensure_future(group(i, row)) for i, row in enumerate(rows)]
     try:
-        groups = await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        raise
+        return await gather_flat(group(i, row) for i, row in enumerate(rows))
     finally:
         if not score and hasattr(env, "set_score_rollouts"):
             env.set_score_rollouts(True)
-    return [s for g in groups for s in g]

@@ -21,6 +21,7 @@ from verifiers_rl.envs.real_runtime import generate_states_real, is_real_env
 from verifiers_rl.errors import ModelServerError
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.types import State
+from verifiers_rl.utils.async_utils import gather_flat, maybe_await
 
 logger = logging.getLogger(__name__)
 
@@ -77,16 +78,7 @@ async def generate_states(env: Any, rows: Any, client: Any, model: str, sampling
             s["timing"]["generation_s"], s["timing"]["scoring_s"] = t1 - t0, time.perf_counter() - t1
             s["tokens"] = rollout_tokens(s)
         if on_group_done is not None:
-            res = on_group_done(states)
-            if asyncio.iscoroutine(res):
-                await res
+            await maybe_await(on_group_done, states)
         return states
 
-    tasks = [asyncio.ensure_future(group(_row_input(r, i))) for i, r in enumerate(rows)]
-    try:
-        groups = await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        raise
-    return [s for g in groups for s in g]
+    return await gather_flat(group(_row_input(r, i)) for i, r in enumerate(rows))

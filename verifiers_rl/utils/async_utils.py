@@ -12,7 +12,7 @@ import inspect
 import logging
 import random
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine, Iterable
 from time import perf_counter
 from typing import Any, AsyncContextManager, Callable, TypeVar
 
@@ -27,6 +27,18 @@ async def maybe_await(func: Callable, *args: Any, **kwargs: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+async def gather_flat(aws: Iterable[Awaitable[list[T]]]) -> list[T]:
+    """Run the awaitables together and concatenate their lists in order; when one fails, cancel the rest."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        parts = await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise
+    return [x for part in parts for x in part]
 
 
 async def with_sem(sem: AsyncContextManager, coro: Coroutine[Any, Any, T]) -> T:
