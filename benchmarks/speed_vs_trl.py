@@ -4,9 +4,10 @@ Alternating pairs in one process (the order flips every pair so a change in mach
 two workloads, same model, environment, batch, group size, max_tokens, learning rate,
 steps, fp32 on CPU, no checkpoints and logging every step on both sides, RLTrainer with `max_async_level` <= 1:
 
-- `short`: the random-init tiny model learning to write lowercase letters (`letters_env`), full fine-tuning, 32 rollouts = 4 prompts x 8, 24 new tokens, lr 3e-3;
-- `lora`: reverse-text (offline), LoRA r=8 on the projections, 64 rollouts = 8 x 8, 48 new tokens, lr 2e-4 (rl_vs_trl.py's settings;
-  `--model` a warm-started model, default the tiny model).
+- `short`: the random-init tiny model learning to write lowercase letters (`letters_env`), full fine-tuning,
+  32 rollouts = 4 prompts x 8, 24 new tokens, lr 3e-3;
+- `lora`: reverse-text (offline), LoRA r=8 on the projections, 64 rollouts = 8 x 8, 48 new tokens, lr 2e-4
+  (`--model` a warm-started model, default the tiny model).
 
 Prints per pair the two times and their ratio, then the median ratio and the train reward of the last
 `--tail` steps on each side (mean over pairs +- s.e.).

@@ -25,6 +25,49 @@ def _accepts_logits_to_keep(model: Any) -> bool:
         return False
 
 
+def _reserved_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        """A full-attention cache layer whose keys and values live in one buffer sized for the whole decode: each
+        token writes in place, where `DynamicLayer` concatenates (a copy of the whole cache per token: quadratic
+        in the length)."""
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity, self.length = capacity, 0
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                shape = (*key_states.shape[:-2], self.capacity, key_states.shape[-1])
+                self._k, self._v = key_states.new_empty(shape), value_states.new_empty(shape)
+            end = self.length + key_states.shape[-2]
+            self._k[..., self.length:end, :] = key_states
+            self._v[..., self.length:end, :] = value_states
+            self.length = end
+            self.keys, self.values = self._k[..., :end, :], self._v[..., :end, :]
+            return self.keys, self.values
+
+    return ReservedLayer
+
+
+def reserved_cache(model: Any, capacity: int) -> Any:
+    """A `DynamicCache` for `model` whose plain full-attention layers are preallocated to `capacity` tokens; None
+    (the model builds its own cache) when the config does not describe its layers up front."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+
+        cache = DynamicCache(config=model.config)
+    except Exception:  # a config the cache cannot read: the model's own default
+        return None
+    if not cache.layers:
+        return None
+    layer = _reserved_layer_class()
+    cache.layers = [layer(capacity) if type(x) is DynamicLayer else x for x in cache.layers]
+    return cache
+
+
 def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler: Any, stopper: Any,
            max_new: int, pad_id: int) -> torch.Tensor:
     """Prompt + generated ids [B, P + n], n <= max_new; `sampler.choose` picks each token, `stopper` ends rows.
@@ -39,7 +82,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     next_pos = attention.sum(-1, keepdim=True)  # the first new token's position in each row
     extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **extra)
+    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                past_key_values=reserved_cache(model, P + max_new), **extra)
     pad = torch.full((B,), pad_id, dtype=torch.long, device=device)
     done = None
     n = 0
