@@ -1,11 +1,15 @@
+import dataclasses
 import os
 import re
+import typing
 import warnings
 
 import pytest
 import torch
 
+from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.config import DEFAULT_LORA_TARGET_MODULES, RLConfig
+from verifiers_rl.trainer.loss import LossConfig
 
 # Small, valid base: 32 rollouts = 4 prompts x 8, micro-batches of 8 on one process.
 BASE = dict(batch_size=32, micro_batch_size=8, rollouts_per_example=8)
@@ -164,3 +168,21 @@ def test_lora_options_at_default_values_are_fine_without_lora(tmp_path):
 def test_bf16_constructs_on_cpu(tmp_path):
     cfg = make(tmp_path, bf16=True, use_cpu=True)
     assert cfg.bf16 and cfg.use_cpu
+
+
+@pytest.mark.parametrize("source", [LossConfig, BufferConfig])
+def test_loss_and_buffer_settings_are_rl_config_fields(source, tmp_path):
+    """LossConfig / BufferConfig define their settings once: each is an RLConfig field with the same type, default and
+    help, and `loss_config()` / `buffer_config()` carry a run's values over."""
+    rl_fields, rl_hints = {f.name: f for f in dataclasses.fields(RLConfig)}, typing.get_type_hints(RLConfig)
+    hints = typing.get_type_hints(source)
+    for f in dataclasses.fields(source):
+        rl = rl_fields[f.name]
+        assert (rl.default, rl_hints[f.name]) == (f.default, hints[f.name]), f.name
+        assert rl.metadata["help"] == f.metadata["help"] and f.metadata["help"], f.name
+    assert make(tmp_path).loss_config() == LossConfig() and make(tmp_path).buffer_config() == BufferConfig()
+    cfg = make(tmp_path, kl_tau=0.01, beta=0.1, online_difficulty_filtering=True, oversampling_factor=2.0,
+               easy_threshold=0.9, hard_fraction=0.5)
+    assert cfg.loss_config() == LossConfig(kl_tau=0.01, beta=0.1)
+    assert cfg.buffer_config() == BufferConfig(online_difficulty_filtering=True, oversampling_factor=2.0,
+                                               easy_threshold=0.9, hard_fraction=0.5)

@@ -110,3 +110,22 @@ def test_eval_datasets_and_errors():
     assert g.dataset["task"] == ["env_1"] and g.eval_dataset["task"] == ["env_0", "env_1"]
     assert g.get_eval_dataset()["example_id"] == [0, 1]
     assert isinstance(g.rubric, EnvGroupRubric)
+
+
+class _Again(vf.MultiTurnEnv):
+    async def env_response(self, messages, state):
+        return [{"role": "user", "content": "again"}]
+
+
+def test_a_trainers_context_limit_is_passed_per_call_and_an_envs_own_limit_wins():
+    """generate_states(max_seq_len=...) is how a trainer gives its limit: members without one of their own stop when
+    prompt + completion fill it (3 prompt ids + 1 completion id here), nothing is written into the env objects."""
+    free, own = _Again(dataset=[{"question": "q"}], max_turns=3), _Again(dataset=[{"question": "q"}], max_turns=3,
+                                                                          max_seq_len=1000)
+    g = vf.EnvGroup([free, own], env_names=["free", "own"])
+    limited = run(generate_states(g, g.dataset, client(), "m", max_seq_len=4))
+    assert [len(s["trajectory"]) for s in limited] == [1, 3]
+    assert limited[0]["prompt_too_long"] and not limited[1].get("prompt_too_long")
+    assert (g.max_seq_len, free.max_seq_len, own.max_seq_len) == (None, None, 1000)
+    unlimited = run(generate_states(g, g.dataset, client(), "m"))
+    assert [len(s["trajectory"]) for s in unlimited] == [3, 3]

@@ -4,6 +4,7 @@ and RLConfig's own errors mapped to `trainer.args.<field>`."""
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import types
 import typing
@@ -14,43 +15,44 @@ from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import _close, describe_type
 
 
-def _matches(value: Any, tp: Any) -> bool:
-    """Loose structural check of a TOML/CLI value against a type annotation (unknown types pass)."""
-    if tp is Any or tp is typing.Any:
-        return True
+def _toml_type(tp: Any) -> Any:
+    """The annotation as a TOML/CLI value must match it (pydantic validates against this, strictly): an enum takes
+    its values (strings; `Enum | str` only those); a table's values and a class that is not a builtin (accelerate's
+    ParallelismConfig) are left to RLConfig itself."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if tp is type(None) or tp is None:
-        return value is None
-    if origin is Literal:
-        return value in args
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    if origin is list or tp is list:
-        return isinstance(value, list) and (not args or all(_matches(v, args[0]) for v in value))
-    if origin is dict or tp is dict:
-        return isinstance(value, dict)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return isinstance(value, str) and value in {m.value for m in tp}
-    return True
+        return Literal[tuple(m.value for m in tp)]
+    if origin in (typing.Union, types.UnionType):
+        if str in args and any(isinstance(a, type) and issubclass(a, enum.Enum) for a in args):
+            args = tuple(a for a in args if a is not str)
+        return typing.Union[tuple(_toml_type(a) for a in args)]
+    if origin is list and args:
+        return list[_toml_type(args[0])]  # type: ignore[misc]
+    if origin is dict:
+        return dict  # any table: RLConfig checks what it reads from one (wandb's keys)
+    if isinstance(tp, type) and tp.__module__ != "builtins":
+        return Any
+    return tp
 
 
-def _enum_choice_error(value: Any, tp: Any) -> str | None:
-    """`Enum | str` fields take the enum's values only: name them when the string is not one."""
-    args = typing.get_args(tp)
-    enums = [a for a in args if isinstance(a, type) and issubclass(a, enum.Enum)]
-    rest = [a for a in args if a not in enums and a is not type(None)]
-    if len(enums) == 1 and rest == [str] and isinstance(value, str):
-        choices = [m.value for m in enums[0]]
-        if value not in choices:
-            return f"{value!r} is not one of {', '.join(map(repr, choices))}"
+@functools.lru_cache(maxsize=None)
+def _adapter(tp: Any) -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(_toml_type(tp))
+
+
+def _type_error(value: Any, tp: Any) -> str | None:
+    """What is wrong with a TOML/CLI value for a field annotated `tp` (None: nothing)."""
+    from pydantic import ValidationError
+
+    try:
+        _adapter(tp).validate_python(value, strict=True)
+    except ValidationError:
+        enums = [a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, enum.Enum)]
+        if isinstance(value, str) and len(enums) == 1 and str in typing.get_args(tp):  # `Enum | str`
+            return f"{value!r} is not one of {', '.join(repr(m.value) for m in enums[0])}"
+        return f"expected {describe_type(tp)}, got {value!r}"
     return None
 
 
@@ -104,10 +106,7 @@ def check_trainer_args(args: dict[str, Any]) -> None:
             close = _close(k, info.own) or _close(k, info.names)
             hint = f" (did you mean trainer.args.{close}?)" if close else ""
             raise ConfigError(f"trainer.args.{k}: unknown key{hint}")
-        tp = info.types[k]
-        if not _matches(v, tp):
-            raise ConfigError(f"trainer.args.{k}: expected {describe_type(tp)}, got {v!r}")
-        bad = _enum_choice_error(v, tp)
+        bad = _type_error(v, info.types[k])
         if bad:
             raise ConfigError(f"trainer.args.{k}: {bad}")
 
@@ -148,8 +147,5 @@ def build_rl_config(kwargs: dict[str, Any]) -> Any:
             msg = f"{type(e).__name__}: {msg}"
         key = rl_error_key(msg, kwargs)
         raise ConfigError(f"trainer.args.{key}: {msg}" if key else f"trainer.args: {msg}") from None
-
-
-# --- validation ------------------------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 import warnings
+from contextvars import ContextVar
 from copy import deepcopy
 from typing import Any, Callable
 
@@ -31,6 +32,10 @@ from verifiers_rl.utils.message_utils import normalize_messages
 from verifiers_rl.utils.usage_utils import StateUsageTracker, state_usage
 
 _UNSET = object()
+# The context limit of the run whose rollouts are in flight (`envs.rollouts.generate_states(max_seq_len=...)`): an
+# environment without a `max_seq_len` of its own uses it. The trainer passes it per call instead of writing it into
+# the environment object.
+RUN_MAX_SEQ_LEN: ContextVar[int | None] = ContextVar("vf_run_max_seq_len", default=None)
 
 
 def normalize_tool_defs(tools: Any) -> list[Tool] | None:
@@ -226,6 +231,17 @@ class Environment(DatasetFormatting, Generation, ABC):
             self.rubric.rubrics.append(rubric)
         else:
             self.rubric = RubricGroup(rubrics=[self.rubric, rubric])
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """Prompt + completion tokens a rollout may hold: the environment's own limit (its argument,
+        `set_max_seq_len`), else the limit of the run its rollouts belong to (None: no limit)."""
+        own = getattr(self, "_max_seq_len", None)
+        return own if own is not None else RUN_MAX_SEQ_LEN.get()
+
+    @max_seq_len.setter
+    def max_seq_len(self, max_seq_len: int | None) -> None:
+        self._max_seq_len = max_seq_len
 
     def set_max_seq_len(self, max_seq_len: int | None) -> None:
         self.max_seq_len = max_seq_len

@@ -204,6 +204,16 @@ def _note_group(env: Any, states: list[dict], reward_errors: list[tuple[str, str
 
 
 # --- the runner ---------------------------------------------------------------------------------------------
+def limit_real_env(env: Any, max_seq_len: int | None) -> None:
+    """A trainer's context limit for a verifiers environment (and its members) without one of its own: verifiers'
+    objects read only their `max_seq_len` attribute, so it is set there (as verifiers' trainers do)."""
+    if max_seq_len is None:
+        return
+    for e in [env, *getattr(env, "envs", [])]:
+        if getattr(e, "max_seq_len", 0) is None:
+            e.max_seq_len = max_seq_len
+
+
 async def generate_states_real(env: Any, rows: list[dict], client: Any, model: str,
                                sampling_args: dict | None = None, rollouts_per_example: int = 1,
                                max_concurrent: int = -1, score: bool = True,

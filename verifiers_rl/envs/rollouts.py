@@ -16,8 +16,9 @@ import time
 from typing import Any, Awaitable, Callable
 
 from verifiers_rl.clients import Client
+from verifiers_rl.envs.environment import RUN_MAX_SEQ_LEN
 from verifiers_rl.envs.generation import input_rows
-from verifiers_rl.envs.real_runtime import generate_states_real, is_real_env
+from verifiers_rl.envs.real_runtime import generate_states_real, is_real_env, limit_real_env
 from verifiers_rl.errors import ModelServerError
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.types import State
@@ -47,14 +48,29 @@ async def _contained(env: Any, row: dict[str, Any], client: Any, model: str, sam
 async def generate_states(env: Any, rows: Any, client: Any, model: str, sampling_args: dict | None = None,
                           rollouts_per_example: int = 1, max_concurrent: int = -1, score: bool = True,
                           on_group_done: Callable[[list[State]], Awaitable[None] | None] | None = None,
-                          keep_empty: bool = False) -> list[State]:
+                          keep_empty: bool = False, max_seq_len: int | None = None) -> list[State]:
     """States in row order (row 0's group, then row 1's, ...); each group is scored as soon as it completes.
     `max_concurrent` bounds the rollouts in flight. `keep_empty` (for a raw client; a `vf.Client` decides
-    itself): a reply with no text is kept as a sample instead of verifiers' `EmptyModelResponseError`."""
+    itself): a reply with no text is kept as a sample instead of verifiers' `EmptyModelResponseError`.
+    `max_seq_len` (a trainer's context limit): a multi-turn rollout of an environment without a limit of its own
+    stops once prompt + completion fill it, and its tokens are cut to it."""
     rows = input_rows(rows)
     if is_real_env(env):  # the installed verifiers package's environment: its own runtime (envs.real_runtime)
+        limit_real_env(env, max_seq_len)
         return await generate_states_real(env, rows, client, model, sampling_args, rollouts_per_example,
                                           max_concurrent, score, on_group_done)
+    token = RUN_MAX_SEQ_LEN.set(max_seq_len)  # the rollout tasks below copy this context
+    try:
+        return await _generate_states(env, rows, client, model, sampling_args, rollouts_per_example,
+                                      max_concurrent, score, on_group_done, keep_empty)
+    finally:
+        RUN_MAX_SEQ_LEN.reset(token)
+
+
+async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, model: str, sampling_args: dict | None,
+                           rollouts_per_example: int, max_concurrent: int, score: bool,
+                           on_group_done: Callable[[list[State]], Awaitable[None] | None] | None,
+                           keep_empty: bool) -> list[State]:
     if not isinstance(client, Client):
         from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
 

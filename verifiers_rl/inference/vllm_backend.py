@@ -92,20 +92,31 @@ class VLLMBackend(Inference):
             for s in servers:
                 s.stop()
             raise
-        print(f"vLLM: weight sync by {_SYNC_NAMES[plan.weight_sync]}", flush=True)
-        return cls(client, weight_sync, servers, sync_dir, own)
+        if is_main:
+            print(f"vLLM: weight sync by {_SYNC_NAMES[plan.weight_sync]}", flush=True)
+        return cls(client, weight_sync, servers, sync_dir, own and is_main)  # rank 0 writes it, rank 0 cleans it
 
     def server_pids(self) -> list[int]:
         return [s.pid for s in self.servers if s.pid]
 
     def close(self) -> None:
-        """Close the weight sync and stop the servers this backend launched."""
+        """Close the weight sync and stop the servers this backend launched. The sync directory goes too, except,
+        with servers given by URL (they outlive the trainer), the LoRA adapter they serve: vLLM loads an adapter
+        from its directory at the first request that names it, and a directory gone by then kills its engine."""
         self.weight_sync.close()
+        launched = bool(self.servers)
         for s in self.servers:
             s.stop()
         self.servers = []
-        if self._own_sync_dir:
+        if not self._own_sync_dir:
+            return
+        served = getattr(self.weight_sync, "latest", None) if not launched else None
+        if served is None:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
+            return
+        for path in self.sync_dir.iterdir() if self.sync_dir.is_dir() else []:
+            if path.name != served.name:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 _SYNC_NAMES = {"lora": "LoRA adapter hot-swap", "nccl": "vLLM's native weight transfer over NCCL",

@@ -79,8 +79,10 @@ class _DirSync(WeightSync):
         raise NotImplementedError
 
     def sync(self, model: Any, version: int) -> None:
-        """Write the weights to a fresh dir, load them into every server, keep the newest few dirs."""
+        """Write the weights to a fresh dir, load them into every server, keep the newest few dirs. Other training
+        processes only note the version (rank 0 syncs; the trainer has them wait for it)."""
         if not self.is_main_process:
+            self.version = version
             return
         t0 = time.perf_counter()
         path = self._save(model, version)
@@ -124,6 +126,11 @@ class LoRAHotSwap(_DirSync):
     def model_name(self) -> str:
         # Before the first sync the server has no adapter: the base model is the policy with a zero-init B.
         return self.lora_name if self.version is not None else self.base_model_name
+
+    @property
+    def latest(self) -> Path | None:
+        """The directory of the adapter the servers serve (None before this process's first sync)."""
+        return self._written[-1] if self._written else None
 
     def _write(self, model: Any, path: Path) -> None:
         if not hasattr(model, "peft_config"):

@@ -226,7 +226,8 @@ class NativeWeightTransfer(WeightSync):
                 self.senders.append(GlooSender(control, self.master_address, world, self.timeout))
 
     def sync(self, model: Any, version: int) -> None:
-        if not self.is_main_process:
+        if not self.is_main_process:  # rank 0 sends; the trainer has the other ranks wait for it
+            self.version = version
             return
         model = _unwrap(model)
         t0 = time.perf_counter()

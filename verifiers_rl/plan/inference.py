@@ -5,7 +5,7 @@ notebook's `RLTrainer`), `plan_launch` (launch.py) reads a vf-rl config's."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from verifiers_rl.errors import VLLMLaunchError
@@ -37,6 +37,11 @@ class InferencePlan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def joining(self, url: str) -> "InferencePlan":
+        """The plan of a training process other than rank 0 when this plan starts a server: rank 0 starts it (one
+        server for all ranks), the others send their requests to it at `url`."""
+        return replace(self, urls=[url], start_server=False, colocated=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "InferencePlan":

@@ -13,20 +13,30 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, ClassVar
 
 from verifiers_rl.trainer.data_order import DataOrder
 
 
 @dataclass
 class BufferConfig:
-    online_difficulty_filtering: bool = False
-    oversampling_factor: float = 1.0
-    easy_threshold: float | None = None
-    hard_threshold: float | None = None
-    easy_fraction: float = 0.0
-    hard_fraction: float = 0.0
-    max_refills: int = 8
+    """The difficulty buffer's settings. These fields, their defaults and help are defined here once: ``RLConfig``
+    takes them from here (``RLConfig.buffer_config()`` builds this object from a run's values)."""
+
+    online_difficulty_filtering: bool = field(
+        default=False, metadata={"help": "Drop groups whose rewards are all equal (no signal) and refill the batch."})
+    oversampling_factor: float = field(
+        default=1.0, metadata={"help": "With online_difficulty_filtering: generate this many times the groups a step "
+                               "needs, so the groups left after filtering fill it."})
+    easy_threshold: float | None = field(
+        default=None, metadata={"help": "Examples whose group mean reward is >= this leave the rotation (easy pool)."})
+    hard_threshold: float | None = field(
+        default=None, metadata={"help": "Examples whose group mean reward is <= this leave the rotation (hard pool)."})
+    easy_fraction: float = field(
+        default=0.0, metadata={"help": "Share of each step's examples drawn from the easy pool."})
+    hard_fraction: float = field(
+        default=0.0, metadata={"help": "Share of each step's examples drawn from the hard pool."})
+    max_refills: ClassVar[int] = 8  # generation rounds per step before constant groups are trained on anyway
 
     @property
     def active(self) -> bool:

@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypeVar
 
 from transformers import TrainingArguments
 
 from verifiers_rl.trainer.advantages import SCALE_REWARDS_CHOICES
+from verifiers_rl.trainer.buffer import BufferConfig
+from verifiers_rl.trainer.loss import LossConfig
 
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 INFERENCE_BACKENDS = ("auto", "local", "vllm")
 WANDB_KEYS = ("project", "entity", "name")
 DEFAULT_MAX_PROMPT_LEN = 512  # when neither max_prompt_len nor max_tokens is set (and max_seq_len allows it)
-# LoRA options and their defaults (keep in step with the fields below): changing one while use_lora=False is a
-# mistake worth a clear error.
-_LORA_DEFAULTS: dict[str, Any] = {
-    "lora_rank": 8,
-    "lora_alpha": 32,
-    "lora_dropout": 0.0,
-    "lora_target_modules": DEFAULT_LORA_TARGET_MODULES,
-    "lora_modules_to_save": None,
-}
+# LoRA options: changing one from its default while use_lora=False is a mistake worth a clear error.
+_LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
+_Settings = TypeVar("_Settings")
+
+
+def _setting(source: type, name: str) -> Any:
+    """RLConfig's field for a setting that `source` (LossConfig, BufferConfig) defines: its default and help."""
+    f = source.__dataclass_fields__[name]  # type: ignore[attr-defined]
+    if f.default_factory is not MISSING:
+        return field(default_factory=f.default_factory, metadata=dict(f.metadata))
+    return field(default=f.default, metadata=dict(f.metadata))
+
+
+def _default_of(f: Any) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
 def _fail(msg: str) -> None:
@@ -127,18 +135,11 @@ class RLConfig(TrainingArguments):
     )
 
     # --- Loss --------------------------------------------------------------------------------------------------------
-    mask_ratio_low: float = field(
-        default=0.125, metadata={"help": "Tokens whose importance ratio trainer/sampler is below this get no loss."}
-    )
-    mask_ratio_high: float = field(
-        default=8.0, metadata={"help": "Tokens whose importance ratio trainer/sampler is above this get no loss."}
-    )
-    kl_tau: float = field(
-        default=0.0, metadata={"help": "Weight of the (log importance ratio)^2 penalty (prime-rl: 1e-3)."}
-    )
-    beta: float = field(
-        default=0.0, metadata={"help": "Weight of the KL penalty to the reference (initial) policy; 0 disables it."}
-    )
+    # mask_ratio_low, mask_ratio_high, kl_tau, beta: defined (default, help) in trainer/loss.py's LossConfig
+    mask_ratio_low: float = _setting(LossConfig, "mask_ratio_low")
+    mask_ratio_high: float = _setting(LossConfig, "mask_ratio_high")
+    kl_tau: float = _setting(LossConfig, "kl_tau")
+    beta: float = _setting(LossConfig, "beta")
     scale_rewards: str = field(
         default="none",
         metadata={"help": "Divide advantages by the reward std: 'none', 'group' or 'batch' (std + 1e-4)."},
@@ -197,18 +198,14 @@ class RLConfig(TrainingArguments):
                           "step trains (one step off-policy, importance-ratio corrected). Faster on multi-core "
                           "machines; keeps a second copy of the model. Default: on-policy, between steps."})
 
-    # --- Difficulty buffer ---------------------------------------------------------------------------------------------
-    online_difficulty_filtering: bool = field(
-        default=False, metadata={"help": "Drop groups whose rewards are all equal (no signal) and refill the batch."})
-    oversampling_factor: float = field(
-        default=1.0, metadata={"help": "With online_difficulty_filtering: generate this many times the groups a step "
-                                "needs, so the groups left after filtering fill it."})
-    easy_threshold: float | None = field(
-        default=None, metadata={"help": "Examples whose group mean reward is >= this leave the rotation (easy pool)."})
-    hard_threshold: float | None = field(
-        default=None, metadata={"help": "Examples whose group mean reward is <= this leave the rotation (hard pool)."})
-    easy_fraction: float = field(default=0.0, metadata={"help": "Share of each step's examples drawn from the easy pool."})
-    hard_fraction: float = field(default=0.0, metadata={"help": "Share of each step's examples drawn from the hard pool."})
+    # --- Difficulty buffer -------------------------------------------------------------------------------------------
+    # defined (default, help) in trainer/buffer.py's BufferConfig
+    online_difficulty_filtering: bool = _setting(BufferConfig, "online_difficulty_filtering")
+    oversampling_factor: float = _setting(BufferConfig, "oversampling_factor")
+    easy_threshold: float | None = _setting(BufferConfig, "easy_threshold")
+    hard_threshold: float | None = _setting(BufferConfig, "hard_threshold")
+    easy_fraction: float = _setting(BufferConfig, "easy_fraction")
+    hard_fraction: float = _setting(BufferConfig, "hard_fraction")
 
     # --- Inference ---------------------------------------------------------------------------------------------------
     inference_backend: str = field(
@@ -342,8 +339,8 @@ class RLConfig(TrainingArguments):
     def _validate_lora_and_choices(self) -> None:
         """LoRA options, the choice fields and the difficulty buffer."""
         if not self.use_lora:
-            for name, default in _LORA_DEFAULTS.items():
-                if getattr(self, name) != default:
+            for name in _LORA_OPTIONS:
+                if getattr(self, name) != _default_of(RLConfig.__dataclass_fields__[name]):
                     _fail(f"{name} is set but use_lora=False; set use_lora=True or remove {name}")
         targets = self.lora_target_modules
         if not (isinstance(targets, str) or (isinstance(targets, list) and all(isinstance(m, str) for m in targets))):
@@ -390,7 +387,7 @@ class RLConfig(TrainingArguments):
         if not (0 <= self.mask_ratio_low < 1 < self.mask_ratio_high):
             _fail(
                 f"mask_ratio_low={self.mask_ratio_low} and mask_ratio_high={self.mask_ratio_high} must satisfy "
-                "0 <= low < 1 < high (defaults 0.125 and 8.0)"
+                f"0 <= low < 1 < high (defaults {LossConfig.mask_ratio_low} and {LossConfig.mask_ratio_high})"
             )
         if self.gradient_accumulation_steps != 1:
             _fail(
@@ -437,6 +434,17 @@ class RLConfig(TrainingArguments):
             os.environ["WANDB_ENTITY"] = str(self.wandb["entity"])
 
     # ------------------------------------------------------------------------------------------------------------------
+
+    def loss_config(self) -> LossConfig:
+        """The loss's settings (``LossConfig``) as this run sets them."""
+        return self._settings(LossConfig)
+
+    def buffer_config(self) -> BufferConfig:
+        """The difficulty buffer's settings (``BufferConfig``) as this run sets them."""
+        return self._settings(BufferConfig)
+
+    def _settings(self, source: type[_Settings]) -> _Settings:
+        return source(**{f.name: getattr(self, f.name) for f in fields(source)})  # type: ignore[arg-type]
 
     def sampling_args(self, *, for_eval: bool = False, prompt_len: int | None = None) -> dict[str, Any]:
         """Sampling parameters for an OpenAI-compatible chat-completions request.

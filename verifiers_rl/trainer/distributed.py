@@ -9,6 +9,8 @@ the few collectives a step makes.
 - Every rank runs the same number of micro-batches (`pad_micro_batches`): a rank with fewer samples (or none, after
   drops) adds zero-weight micro-batches, because FSDP gathers parameters on every forward and DDP reduces on every
   synced backward: an uneven count is a hang.
+- One server for all ranks, synced once per step by rank 0 (`build_inference_on_every_rank`): a vLLM server the
+  plan starts is started by rank 0, and every rank waits for rank 0's weight sync before it generates again.
 
 Every function here is a no-op with one process (no process group), so the single-process path is unchanged.
 """
@@ -16,7 +18,7 @@ Every function here is a no-op with one process (no process group), so the singl
 from __future__ import annotations
 
 import pickle
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -122,6 +124,24 @@ def barrier(world: int) -> None:
         import torch.distributed as dist
 
         dist.barrier()
+
+
+def build_inference_on_every_rank(plan: Any, build: Callable[[Any], T], world: int) -> T:
+    """The inference runtime on every rank, each generating its own share of the groups. A vLLM server the plan
+    starts is started once, by rank 0, and the other ranks send their requests to it (`plan.joining(url)`), so
+    the server rank 0 syncs is the one every rank uses. Returns once rank 0's first weight sync is done: no rank
+    generates before the servers serve the policy (or asks for an adapter that is not loaded yet)."""
+    if world <= 1:
+        return build(plan)
+    rank = rank_world()[0]
+    starts = plan.backend == "vllm" and plan.start_server
+    inference = build(plan) if rank == 0 or not starts else None
+    if starts:
+        url = all_gather(inference.base_url if rank == 0 else None, world)[0]
+        if rank != 0:
+            inference = build(plan.joining(url))
+    barrier(world)
+    return inference
 
 
 def die_with_launcher() -> None:

@@ -6,7 +6,7 @@ The default loss is verifiers' importance-ratio-masked policy gradient (CISPO-li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -27,16 +27,21 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossConfig:
-    """Knobs of the default loss (mirrors the matching ``RLConfig`` fields)."""
+    """Knobs of the default loss. These fields, their defaults and help are defined here once: ``RLConfig`` takes its
+    loss settings from them (``RLConfig.loss_config()`` builds this object from a run's values)."""
 
-    mask_ratio_low: float = 0.125
-    """Tokens whose importance ratio is below this are dropped from the loss."""
-    mask_ratio_high: float = 8.0
-    """Tokens whose importance ratio is above this are dropped from the loss."""
-    kl_tau: float = 0.0
-    """Weight of prime-rl's ``(log ratio)^2`` penalty (prime-rl uses 1e-3)."""
-    beta: float = 0.0
-    """Weight of the k3 KL penalty to the reference policy; needs ``ref_logprobs``."""
+    mask_ratio_low: float = field(
+        default=0.125, metadata={"help": "Tokens whose importance ratio trainer/sampler is below this get no loss."}
+    )
+    mask_ratio_high: float = field(
+        default=8.0, metadata={"help": "Tokens whose importance ratio trainer/sampler is above this get no loss."}
+    )
+    kl_tau: float = field(
+        default=0.0, metadata={"help": "Weight of the (log importance ratio)^2 penalty (prime-rl: 1e-3)."}
+    )
+    beta: float = field(
+        default=0.0, metadata={"help": "Weight of the KL penalty to the reference (initial) policy; 0 disables it."}
+    )
 
 
 @dataclass

@@ -48,8 +48,9 @@ class Orchestrator:
                  batch_size: int, rollouts_per_example: int, max_concurrent: int, seed: int,
                  shuffle: bool = True, max_async_level: int = 0, inline: bool = True,
                  generation_timeout: float = 600.0, before_generate: Callable[[int], None] | None = None,
-                 buffer: BufferConfig | None = None, rank: int = 0, world: int = 1):
+                 buffer: BufferConfig | None = None, rank: int = 0, world: int = 1, max_seq_len: int | None = None):
         self.env = env
+        self.max_seq_len = max_seq_len  # the context limit of the env's rollouts (one without its own limit)
         self.client = client
         self.model_name = model_name
         self.sampling_args = sampling_args
@@ -76,7 +77,8 @@ class Orchestrator:
         rows = self.dataset.select(indices).to_list()
         states = await asyncio.wait_for(
             generate_states(self.env, rows, self.client, self.model_name(), self.sampling_args,
-                              rollouts_per_example=self.rollouts_per_example, max_concurrent=self.max_concurrent),
+                              rollouts_per_example=self.rollouts_per_example, max_concurrent=self.max_concurrent,
+                              max_seq_len=self.max_seq_len),
             timeout=self.generation_timeout)
         r = self.rollouts_per_example
         return [states[i:i + r] for i in range(0, len(states), r)]

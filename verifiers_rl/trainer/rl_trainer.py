@@ -21,13 +21,12 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from verifiers_rl.trainer.advantages import compute_advantages
-from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.batching import build_samples, collate, prompt_length, split_micro_batches
 from verifiers_rl.trainer.callbacks import ConsoleCallback, MetricsFileCallback, RLControlCallback
 from verifiers_rl.trainer.config import RLConfig
 from verifiers_rl.trainer import distributed
 from verifiers_rl.trainer.logprobs import policy_token_logprobs
-from verifiers_rl.trainer.loss import LossConfig, compute_loss, masked_mean
+from verifiers_rl.trainer.loss import compute_loss, masked_mean
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.model_loading import load_policy
 from verifiers_rl.trainer.orchestrator import Orchestrator
@@ -79,17 +78,12 @@ class RLTrainer(FSDPCheckpoints, Trainer):
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         model, tokenizer = load_policy(model, args, processing_class, peft_config)
         self.env = env
-        # Multi-turn rollouts stop when the context is full (the env's own limit wins when it set one).
-        for e in [env, *getattr(env, "envs", [])]:
-            if getattr(e, "max_seq_len", 0) is None:
-                e.max_seq_len = args.max_seq_len
         if eval_envs is None:
             eval_envs = {getattr(env, "env_id", "env"): env}
         elif not isinstance(eval_envs, dict):
             eval_envs = {getattr(e, "env_id", f"env{i}"): e for i, e in enumerate(eval_envs)}
         self.eval_envs = eval_envs
-        self.loss_config = LossConfig(mask_ratio_low=args.mask_ratio_low, mask_ratio_high=args.mask_ratio_high,
-                                      kl_tau=args.kl_tau, beta=args.beta)
+        self.loss_config = args.loss_config()
         super().__init__(model=model, args=args, train_dataset=_Steps(args.max_steps), processing_class=tokenizer,
                          data_collator=_first, callbacks=callbacks, **kwargs)
         for cb in (PrinterCallback, ProgressCallback):
@@ -125,8 +119,10 @@ class RLTrainer(FSDPCheckpoints, Trainer):
             params = next(iter(self.model.parameters()), None)
             plan = inference_plan_for(args, cuda=params is not None and params.is_cuda, server_config=server_config)
         self.plan = plan
-        self.inference = build_inference(plan, model=self._served_model(), tokenizer=self.processing_class, args=args,
-                                         server_config=server_config, is_main=self.is_world_process_zero())
+        # with several ranks: one server (started by rank 0), brought to the policy before any rank generates
+        self.inference = distributed.build_inference_on_every_rank(plan, lambda p: build_inference(
+            p, model=self._served_model(), tokenizer=self.processing_class, args=args, server_config=server_config,
+            is_main=self.is_world_process_zero()), args.world_size)
         self.add_callback(_ResumeSync(self))
         inline = self.inference.inline
         seed = args.seed
@@ -144,11 +140,8 @@ class RLTrainer(FSDPCheckpoints, Trainer):
             max_concurrent=args.max_concurrent, seed=args.seed, shuffle=args.shuffle_dataset,
             max_async_level=args.max_async_level, inline=inline, generation_timeout=args.generation_timeout,
             before_generate=before_generate if inline else None,
-            buffer=BufferConfig(
-                online_difficulty_filtering=args.online_difficulty_filtering,
-                oversampling_factor=args.oversampling_factor, easy_threshold=args.easy_threshold,
-                hard_threshold=args.hard_threshold, easy_fraction=args.easy_fraction,
-                hard_fraction=args.hard_fraction), rank=args.process_index, world=args.world_size)
+            buffer=args.buffer_config(), rank=args.process_index, world=args.world_size,
+            max_seq_len=args.max_seq_len)  # multi-turn rollouts stop when the context is full (an env's own limit wins)
 
     def get_train_dataloader(self):
         return torch.utils.data.DataLoader(_Steps(self.args.max_steps), batch_size=1, shuffle=False,
@@ -292,9 +285,7 @@ class RLTrainer(FSDPCheckpoints, Trainer):
 
     def _after_optimizer_step(self) -> None:
         t0 = time.perf_counter()
-        version = self.state.global_step
-        self.inference.sync(self._refresh_served(), version)
-        self.orchestrator.set_policy_version(version)
+        self._sync_inference(self.state.global_step)
         if self._pending:
             self._pending[-1]["time/weight_sync"] = time.perf_counter() - t0
             self._pending[-1].update(self.inference.metrics())
@@ -347,10 +338,12 @@ class RLTrainer(FSDPCheckpoints, Trainer):
         try:
             from verifiers_rl.envs.rollouts import generate_states
 
+            # The training env (and its members) evaluates with the run's context limit, other eval envs with theirs.
+            training_env = env is self.env or any(env is e for e in getattr(self.env, "envs", []))
             return self.orchestrator.run(generate_states(
                 env, ds, self.orchestrator.client, self.inference.model_name(), sampling,
                 rollouts_per_example=rollouts_per_example, max_concurrent=args.max_concurrent,
-                on_group_done=on_group_done))
+                on_group_done=on_group_done, max_seq_len=args.max_seq_len if training_env else None))
         finally:
             self.model.train(was_training)
 
@@ -412,8 +405,14 @@ class RLTrainer(FSDPCheckpoints, Trainer):
     def _resync_after_resume(self, step: int) -> None:
         """HF Trainer loads a checkpoint's weights after inference was first synced: sync them again before the
         first batch is generated, and label rollouts with the resumed policy version."""
-        self.inference.sync(self._refresh_served(), step)
-        self.orchestrator.set_policy_version(step)
+        self._sync_inference(step)
+
+    def _sync_inference(self, version: int) -> None:
+        """Serve the policy's weights as `version`: rank 0 syncs (the gathered copy under FSDP), and every rank waits
+        for it, so no rank generates for `version` with the previous weights."""
+        self.inference.sync(self._refresh_served(), version)
+        distributed.barrier(self.args.world_size)
+        self.orchestrator.set_policy_version(version)
 
     # --- checkpoints ----------------------------------------------------------------------------------
     def _load_rl_state(self, checkpoint: str | bool) -> None:
