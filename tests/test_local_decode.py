@@ -57,3 +57,45 @@ def test_sliding_window_layers_keep_their_own_cache():
     model.config = config
     cache = reserved_cache(model, 32)
     assert [type(x).__name__ for x in cache.layers] == ["ReservedLayer", "DynamicSlidingWindowLayer"]
+
+
+def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, monkeypatch):
+    """Rows with different max_tokens finish at different steps; dropping them from the forward batch gives the
+    same tokens and logprobs as decoding every row to the end (same seeds, same draws)."""
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.inference import local_decode
+    from verifiers_rl.inference.local_sampling import Sampler, StopCriteria, row_generators
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    B, P = 8, 6
+    ids = torch.randint(3, 250, (B, P), generator=torch.Generator().manual_seed(1))
+    attention = torch.ones_like(ids)
+    attention[2, :3] = 0
+    max_new = [2, 3, 3, 5, 8, 13, 16, 16]
+    calls = []
+    forward = model.forward
+
+    def counting_forward(*a, **kw):
+        calls.append(kw["input_ids"].shape[0])
+        return forward(*a, **kw)
+
+    def run(compact: bool):
+        monkeypatch.setattr(local_decode, "_compactable", lambda cache: compact and cache is not None)
+        monkeypatch.setattr(model, "forward", counting_forward)
+        calls.clear()
+        sampler = Sampler(attention, temperature=1.0, segments=row_generators([("r", 7, 0)] * B))
+        stopper = StopCriteria(None, P, eos_ids=[], max_new=max_new, min_tokens=[0] * B, ignore_eos=[True] * B,
+                               stops=[[]] * B, skip_special_tokens=[True] * B)
+        with torch.inference_mode():
+            out = local_decode.decode(model, ids, attention, sampler, stopper, max(max_new), pad_id=0)
+        return out, torch.stack(sampler.chosen_lp, 1), list(calls), stopper.lengths
+
+    full, lp_full, calls_full, len_full = run(False)
+    compact, lp_compact, calls_compact, len_compact = run(True)
+    assert len_full == len_compact == max_new
+    assert torch.equal(full, compact)
+    for i, n in enumerate(max_new):
+        assert torch.allclose(lp_full[i, :n], lp_compact[i, :n], atol=1e-5)
+    assert calls_full == [B] * 16
+    assert calls_compact[0] == B and calls_compact[-1] == 2 and sum(calls_compact) < 0.75 * sum(calls_full)

@@ -49,6 +49,11 @@ def _reserved_layer_class():
             self.keys, self.values = self._k[..., :end, :], self._v[..., :end, :]
             return self.keys, self.values
 
+        def select_rows(self, idx: torch.Tensor) -> None:
+            """Keep only batch rows `idx` (finished rows leave the decode batch)."""
+            self._k, self._v = self._k.index_select(0, idx), self._v.index_select(0, idx)
+            self.keys, self.values = self._k[..., :self.length, :], self._v[..., :self.length, :]
+
     return ReservedLayer
 
 
@@ -68,9 +73,17 @@ def reserved_cache(model: Any, capacity: int) -> Any:
     return cache
 
 
+def _compactable(cache: Any) -> bool:
+    return cache is not None and all(hasattr(x, "select_rows") for x in cache.layers)
+
+
 def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler: Any, stopper: Any,
            max_new: int, pad_id: int) -> torch.Tensor:
     """Prompt + generated ids [B, P + n], n <= max_new; `sampler.choose` picks each token, `stopper` ends rows.
+
+    Rows that finished leave the forward batch (their KV rows dropped) once a quarter of the rows still computed
+    are done; the sampler and the stop criteria keep seeing every row (a finished row's logits are zeros and its
+    token the pad), so each row draws the same random numbers as without compaction.
 
     Run under `torch.inference_mode()` with the model in eval mode (the caller's job)."""
     B, P = input_ids.shape
@@ -82,13 +95,19 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     next_pos = attention.sum(-1, keepdim=True)  # the first new token's position in each row
     extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+    cache = reserved_cache(model, P + max_new)
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                past_key_values=reserved_cache(model, P + max_new), **extra)
+                past_key_values=cache, **extra)
     pad = torch.full((B,), pad_id, dtype=torch.long, device=device)
+    rows = torch.arange(B, device=device)  # the rows in the forward batch, in order
+    compact = _compactable(cache)
     done = None
     n = 0
     for step in range(max_new):
-        tok = sampler.choose(buf[:, : P + step], out.logits[:, -1])
+        logits = out.logits[:, -1]
+        if len(rows) < B:
+            logits = logits.new_zeros((B, logits.shape[-1])).index_copy_(0, rows, logits)
+        tok = sampler.choose(buf[:, : P + step], logits)
         if done is not None:
             tok = torch.where(done, pad, tok)
         buf[:, P + step] = tok
@@ -96,6 +115,11 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
         done = stopper(buf[:, : P + n], None)
         if n == max_new or bool(done.all()):
             break
-        out = model(input_ids=tok[:, None], attention_mask=mask[:, : P + n], position_ids=next_pos + step,
+        if compact and 4 * int(done[rows].sum()) >= len(rows):
+            keep = (~done[rows]).nonzero().flatten()
+            for layer in out.past_key_values.layers:
+                layer.select_rows(keep)
+            rows = rows[keep]
+        out = model(input_ids=tok[rows, None], attention_mask=mask[rows, : P + n], position_ids=next_pos[rows] + step,
                     past_key_values=out.past_key_values, use_cache=True, **extra)
     return buf[:, : P + n]
