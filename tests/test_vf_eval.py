@@ -28,12 +28,12 @@ def test_every_example_environment_evaluates_offline(env_id, tiny_model_dir, tmp
     for row in rows:
         assert isinstance(row["reward"], float) and 0.0 <= row["reward"] <= 1.0
         assert {"prompt", "completion", "answer", "metrics", "error"} <= set(row)
-    # A random tiny model sometimes samples EOS first: verifiers records that as an empty-response error with no
-    # completion (reward 0). Every other rollout has the assistant's reply.
+    # A random tiny model sometimes samples EOS first: verifiers records that as an empty-response error that ends
+    # the rollout (scored on the turns before it). Every other rollout has the assistant's reply.
     replied = [row for row in rows if not row["error"]]
     for row in rows:
         if row["error"]:
-            assert "Model returned no" in row["error"] and row["reward"] == 0.0
+            assert "Model returned no" in row["error"]
     assert len(replied) >= 4
     for row in replied:
         assert row["completion"] and row["completion"][0]["role"] == "assistant"
