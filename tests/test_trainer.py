@@ -366,3 +366,13 @@ def test_sigkilled_save_leaves_previous_checkpoint(tiny_model_dir, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert not (out / "checkpoint-2").exists()
     _assert_resumes_from_checkpoint_1(tiny_model_dir, out)
+
+
+def test_warmup_steps_warm_up_the_default_constant_schedule(tiny_model_dir, tmp_path):
+    """`warmup_steps` is documented as a linear warm-up: it applies with the default constant schedule too
+    (transformers' own "constant" ignores it), and the lr then stays at its peak."""
+    args = make_config(tmp_path / "out", max_steps=4, warmup_steps=2, learning_rate=1e-3, save_strategy="no")
+    assert args.lr_scheduler_type == "constant"
+    vf.RLTrainer(str(tiny_model_dir), make_env(), args).train()
+    lrs = [r["optim/lr"] for r in read_metrics(tmp_path / "out") if "optim/lr" in r]
+    assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])  # transformers: the warm-up starts at 0

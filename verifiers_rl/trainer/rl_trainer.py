@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from transformers import Trainer, TrainerCallback
+from transformers import SchedulerType, Trainer, TrainerCallback, get_scheduler
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from verifiers_rl.trainer.advantages import compute_advantages
@@ -142,6 +142,15 @@ class RLTrainer(FSDPCheckpoints, Trainer):
             before_generate=before_generate if inline else None,
             buffer=args.buffer_config(), rank=args.process_index, world=args.world_size,
             max_seq_len=args.max_seq_len)  # multi-turn rollouts stop when the context is full (an env's own limit wins)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None):
+        # RLConfig documents warmup_steps as a linear warm-up; transformers' "constant" schedule ignores it.
+        warmup = self.args.get_warmup_steps(num_training_steps)
+        if self.lr_scheduler is None and warmup > 0 and SchedulerType(self.args.lr_scheduler_type) == "constant":
+            self.lr_scheduler = get_scheduler("constant_with_warmup", optimizer or self.optimizer,
+                                              num_warmup_steps=warmup, num_training_steps=num_training_steps)
+            self._created_lr_scheduler = True
+        return super().create_scheduler(num_training_steps, optimizer)
 
     def get_train_dataloader(self):
         return torch.utils.data.DataLoader(_Steps(self.args.max_steps), batch_size=1, shuffle=False,
