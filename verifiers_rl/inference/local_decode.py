@@ -11,6 +11,7 @@ a batch, so `import verifiers_rl` stays fast.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -25,7 +26,8 @@ def _accepts_logits_to_keep(model: Any) -> bool:
         return False
 
 
-def _reserved_layer_class():
+@functools.cache
+def _reserved_layer_class() -> type:  # defined on first use: transformers' cache module loads with the engine
     from transformers.cache_utils import DynamicLayer
 
     class ReservedLayer(DynamicLayer):
@@ -117,7 +119,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
             break
         if compact and 4 * int(done[rows].sum()) >= len(rows):
             keep = (~done[rows]).nonzero().flatten()
-            for layer in out.past_key_values.layers:
+            for layer in cache.layers:
                 layer.select_rows(keep)
             rows = rows[keep]
         out = model(input_ids=tok[rows, None], attention_mask=mask[rows, : P + n], position_ids=next_pos[rows] + step,
