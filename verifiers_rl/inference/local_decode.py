@@ -52,7 +52,8 @@ def _reserved_layer_class() -> type:  # defined on first use: transformers' cach
             return self.keys, self.values
 
         def select_rows(self, idx: torch.Tensor) -> None:
-            """Keep only batch rows `idx` (finished rows leave the decode batch)."""
+            """Batch row i becomes row `idx[i]`: finished rows leave the decode batch, a shared prompt's prefill
+            is copied to every row that asked for it."""
             self._k, self._v = self._k.index_select(0, idx), self._v.index_select(0, idx)
             self.keys, self.values = self._k[..., :self.length, :], self._v[..., :self.length, :]
 
@@ -79,11 +80,23 @@ def _compactable(cache: Any) -> bool:
     return cache is not None and all(hasattr(x, "select_rows") for x in cache.layers)
 
 
+def _unique_rows(input_ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(first row of each distinct prompt, each row's index into those), or None when every prompt differs.
+    A GRPO group sends the same prompt `rollouts_per_example` times: its prefill is computed once."""
+    keyed = torch.cat([input_ids, attention.to(input_ids.dtype)], dim=1)
+    uniq, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+    if len(uniq) == len(keyed):
+        return None
+    first = torch.full((len(uniq),), len(keyed), dtype=torch.long, device=keyed.device)
+    first.scatter_reduce_(0, inverse, torch.arange(len(keyed), device=keyed.device), reduce="amin")
+    return first, inverse
+
+
 def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler: Any, stopper: Any,
            max_new: int, pad_id: int) -> torch.Tensor:
     """Prompt + generated ids [B, P + n], n <= max_new; `sampler.choose` picks each token, `stopper` ends rows.
 
-    Rows that finished leave the forward batch (their KV rows dropped) once a quarter of the rows still computed
+    Identical prompts are prefilled once (their KV rows copied). Rows that finished leave the forward batch (their KV rows dropped) once a quarter of the rows still computed
     are done; the sampler and the stop criteria keep seeing every row (a finished row's logits are zeros and its
     token the pad), so each row draws the same random numbers as without compaction.
 
@@ -98,8 +111,17 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     next_pos = attention.sum(-1, keepdim=True)  # the first new token's position in each row
     extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
     cache = reserved_cache(model, P + max_new)
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                past_key_values=cache, **extra)
+    shared = _unique_rows(input_ids, attention) if _compactable(cache) else None
+    if shared is None:
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                    past_key_values=cache, **extra)
+    else:
+        first, inverse = shared
+        out = model(input_ids=input_ids[first], attention_mask=attention[first], position_ids=positions[first],
+                    use_cache=True, past_key_values=cache, **extra)
+        for layer in cache.layers:
+            layer.select_rows(inverse)
+        out.logits = out.logits.index_select(0, inverse)
     pad = torch.full((B,), pad_id, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)  # the rows in the forward batch, in order
     compact = _compactable(cache)

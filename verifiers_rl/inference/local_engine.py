@@ -86,6 +86,8 @@ class LocalEngine:
     ):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
+        import openai.types.chat  # noqa: F401  (the replies' types, ~0.5 s to import: paid here, not by a request)
+
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name

@@ -24,16 +24,17 @@ class Sample:
     reward: float
     rollout_index: int
     env_mask: list[int] = field(default_factory=list)  # 1 on environment tokens between turns (for export)
+    prompt_len: int = 0  # leading tokens that are the rollout's (first) prompt: shared by its group
 
 
-def _turn_samples(state: dict[str, Any]) -> list[tuple[list[int], list[int], list[float], list[int]]]:
+def _turn_samples(state: dict[str, Any]) -> list[tuple[list[int], list[int], list[float], list[int], int]]:
     out = []
     for t in map(step_tokens, state.get("trajectory") or []):
         if t is None:
             continue
         p, c = t.prompt_ids, t.completion_ids
         out.append((p + c, [0] * len(p) + [int(bool(m)) for m in t.completion_mask],
-                    [0.0] * len(p) + t.completion_logprobs, [0] * (len(p) + len(c))))
+                    [0.0] * len(p) + t.completion_logprobs, [0] * (len(p) + len(c)), len(p)))
     return out
 
 
@@ -58,16 +59,17 @@ def build_samples(states: list[dict[str, Any]], advantages: list[float], *, max_
             model_mask = tokens["model_mask"]
             env_mask = [int(j >= n_prompt and m == 0) for j, m in enumerate(model_mask)]
             loss_mask = list(model_mask) if mask_env_responses else [max(m, e) for m, e in zip(model_mask, env_mask)]
-            parts = [(list(tokens["input_ids"]), loss_mask, list(tokens["logprobs"]), env_mask)]
+            parts = [(list(tokens["input_ids"]), loss_mask, list(tokens["logprobs"]), env_mask, n_prompt)]
         else:
             parts = _turn_samples(state)
         drop = (bool(state.get("error")) or (mask_truncated_completions and state.get("is_truncated"))
                 or (max_prompt_len is not None and prompt_length(state) > max_prompt_len))
-        for ids, mask, lps, env in parts:
+        for ids, mask, lps, env, n_prompt in parts:
             ids, mask, lps, env = ids[:max_seq_len], mask[:max_seq_len], lps[:max_seq_len], env[:max_seq_len]
             if drop:
                 mask = [0] * len(mask)
-            samples.append(Sample(ids, mask, lps, float(adv), float(state.get("reward") or 0.0), i, env))
+            samples.append(Sample(ids, mask, lps, float(adv), float(state.get("reward") or 0.0), i, env,
+                                  min(n_prompt, len(ids))))
     return samples
 
 
@@ -104,6 +106,11 @@ def collate(samples: list[Sample], pad_id: int, device: torch.device | str = "cp
 
 
 def split_micro_batches(samples: list[Sample], micro_batch_size: int) -> list[list[Sample]]:
-    # Sort by length so each micro-batch pads little; order does not change the step's gradient.
-    ordered = sorted(samples, key=lambda s: len(s.input_ids))
+    # Sort by length so each micro-batch pads little, keeping rollouts of one prompt together (their prompt is
+    # computed once: `prefix_packing`); order does not change the step's gradient.
+    groups: dict[tuple, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(tuple(s.input_ids[:s.prompt_len]) or (id(s),), []).append(s)
+    by_group = sorted(groups.values(), key=lambda g: max(len(s.input_ids) for s in g))
+    ordered = [s for g in by_group for s in sorted(g, key=lambda s: len(s.input_ids))]
     return [ordered[i:i + micro_batch_size] for i in range(0, len(ordered), micro_batch_size)]

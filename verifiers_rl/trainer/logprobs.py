@@ -66,12 +66,22 @@ def hidden_token_logprobs(
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     B, T, H = hidden.shape
-    rows = hidden[:, :-1].reshape(-1, H)
+    source = torch.arange(B * T, device=hidden.device).view(B, T)
+    return _scored(hidden.reshape(-1, H), source, head, input_ids, temperature, mask, with_entropy, chunk_elements)
+
+
+def _scored(flat_hidden: torch.Tensor, source: torch.Tensor, head: Callable, input_ids: torch.Tensor,
+            temperature: float, mask: torch.Tensor | None, with_entropy: bool, chunk_elements: int
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`hidden_token_logprobs` where position (b, t)'s hidden state is row ``source[b, t]`` of ``flat_hidden``."""
+    B, T = input_ids.shape
+    src = source[:, :-1].reshape(-1)
     targets = input_ids[:, 1:].reshape(-1).long()
     idx = None
     if mask is not None:
         idx = mask[:, 1:].reshape(-1).nonzero().squeeze(-1)
-        rows, targets = rows.index_select(0, idx), targets.index_select(0, idx)
+        src, targets = src.index_select(0, idx), targets.index_select(0, idx)
+    rows = flat_hidden.index_select(0, src)
     n = rows.shape[0]
     with torch.no_grad():  # the head's output width and dtype, from one row
         probe = head(rows[:1]) if n else None
@@ -93,7 +103,7 @@ def hidden_token_logprobs(
     lp_flat = torch.cat(lps).to(out_dtype) if lps else rows.new_zeros(0, dtype=out_dtype)
     if not lps and grad:
         # No position to score (e.g. a micro-batch of dropped rollouts): stay on the graph so backward still runs.
-        lp_flat = lp_flat + hidden.sum().to(out_dtype) * 0
+        lp_flat = lp_flat + flat_hidden.sum().to(out_dtype) * 0
     ent_flat = torch.cat(ents).to(out_dtype) if ents else rows.new_zeros(0, dtype=out_dtype).detach()
 
     def place(values: torch.Tensor) -> torch.Tensor:
@@ -153,6 +163,26 @@ def _output_head(model: torch.nn.Module) -> Callable | None:
     return head
 
 
+def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None] | None:
+    """(hidden size, mask dtype) when the model takes a custom 4D attention mask as-is (sdpa: bool, eager: additive
+    float) and every layer attends fully; None otherwise (flash/flex attention, sliding windows)."""
+    inner = model.module if hasattr(model, "module") and isinstance(model.module, torch.nn.Module) else model
+    config = getattr(inner, "config", None)
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
+    hidden = getattr(text, "hidden_size", None)
+    if impl not in ("sdpa", "eager") or not isinstance(hidden, int):
+        return None
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None and any(t != "full_attention" for t in layer_types):
+        return None
+    if layer_types is None and getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+        return None
+    if impl == "sdpa":
+        return hidden, None
+    return hidden, next(inner.parameters()).dtype
+
+
 def policy_token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -161,10 +191,15 @@ def policy_token_logprobs(
     *,
     mask: torch.Tensor | None = None,
     with_entropy: bool = False,
+    prompt_lens: list[int] | None = None,
+    pad_id: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the (possibly PEFT/DDP-wrapped) causal LM and return its per-token log-probs (and entropy) at the
     `mask` positions, as :func:`hidden_token_logprobs`. The forward goes through `model` itself (wrappers'
-    hooks apply) and asks for the logits of the last position only; the head runs chunk by chunk."""
+    hooks apply) and asks for the logits of the last position only; the head runs chunk by chunk.
+
+    With ``prompt_lens`` (row b's first ``prompt_lens[b]`` tokens are its prompt), rows that share a prompt run
+    as one packed row (`prefix_packing`) when the model takes a 4D mask and packing pays; same results."""
     head = _output_head(model)
     if head is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
@@ -175,6 +210,44 @@ def policy_token_logprobs(
             lp = torch.where(keep, lp, torch.zeros_like(lp))
             ent = torch.where(keep, ent, torch.zeros_like(ent)) if ent is not None else None
         return lp, ent
-    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
-    return hidden_token_logprobs(out.hidden_states[-1], head, input_ids, temperature, mask=mask,
-                                 with_entropy=with_entropy)
+    settings = _packing_settings(model) if prompt_lens is not None else None
+    packed = None
+    if settings is not None:
+        from verifiers_rl.trainer.prefix_packing import pack_shared_prompts
+
+        packed = pack_shared_prompts(input_ids, attention_mask, list(prompt_lens), hidden_size=settings[0],
+                                     pad_id=pad_id, mask_dtype=settings[1])
+    if packed is None:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
+        return hidden_token_logprobs(out.hidden_states[-1], head, input_ids, temperature, mask=mask,
+                                     with_entropy=with_entropy)
+    out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
+                output_hidden_states=True, logits_to_keep=1)
+    hidden = out.hidden_states[-1]
+    return _scored(hidden.reshape(-1, hidden.shape[-1]), packed.source, head, input_ids, temperature, mask,
+                   with_entropy, DEFAULT_CHUNK_ELEMENTS)
+
+
+def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    temperature: float, *, prompt_lens: list[int], pad_id: int, atol: float = 1e-3) -> bool | None:
+    """Whether the packed forward gives this model's padded log-probs on this batch (no grad); None when the
+    batch would not be packed (nothing to compare)."""
+    settings = _packing_settings(model)
+    if settings is None or _output_head(model) is None:
+        return None
+    from verifiers_rl.trainer.prefix_packing import pack_shared_prompts
+
+    if pack_shared_prompts(input_ids, attention_mask, list(prompt_lens), hidden_size=settings[0], pad_id=pad_id,
+                           mask_dtype=settings[1]) is None:
+        return None
+    mask = attention_mask.bool()
+    was_training = model.training
+    model.eval()  # no dropout: both forwards see the same network, and no random numbers are drawn
+    try:
+        with torch.no_grad():
+            plain, _ = policy_token_logprobs(model, input_ids, attention_mask, temperature, mask=mask)
+            packed, _ = policy_token_logprobs(model, input_ids, attention_mask, temperature, mask=mask,
+                                              prompt_lens=prompt_lens, pad_id=pad_id)
+    finally:
+        model.train(was_training)
+    return bool(torch.allclose(plain.float(), packed.float(), atol=atol, rtol=0))

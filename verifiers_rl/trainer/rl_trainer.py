@@ -92,6 +92,7 @@ class RLTrainer(FSDPCheckpoints, Trainer):
         self.add_callback(ConsoleCallback())
         self.add_callback(RLControlCallback(self))
         self._pending: list[dict[str, float]] = []
+        self._packing_checked: bool | None = None  # prompt packing verified on this model (None: not yet)
         self._ref_model = None
         if args.beta > 0 and not args.use_lora:
             import copy
@@ -222,7 +223,7 @@ class RLTrainer(FSDPCheckpoints, Trainer):
                 where = mb.attention_mask.bool() if args.enable_token_export or not any(
                     any(x.loss_mask) for x in mb_samples) else mb.loss_mask
                 lp, ent = policy_token_logprobs(model, mb.input_ids, mb.attention_mask, args.temperature,
-                                                mask=where, with_entropy=want_entropy)
+                                                mask=where, with_entropy=want_entropy, **self._packing(model, mb))
                 # Environment tokens trained with mask_env_responses=False have no sampling logprob: ratio 1.
                 sampling = torch.where(mb.env_mask & mb.loss_mask, lp.detach(), mb.sampling_logprobs)
                 ref = self._ref_logprobs(model, mb) if args.beta > 0 else None
@@ -238,6 +239,22 @@ class RLTrainer(FSDPCheckpoints, Trainer):
             write_records(args.output_dir, step, rank, exports)
         # HF logs the mean of the ranks' losses: each rank's share times world sums to the step's loss
         return total_loss * world, distributed.merge_metrics(distributed.all_gather(acc.result(), world))
+
+    def _packing(self, model: torch.nn.Module, mb: Any) -> dict[str, Any]:
+        """Arguments that let rollouts sharing a prompt run as one packed row. The first time, the packed and the
+        padded forward are compared on this micro-batch (no grad): a model that reads positions or masks its own
+        way keeps the padded path, with one line saying so."""
+        kwargs = {"prompt_lens": [s.prompt_len for s in mb.samples], "pad_id": self.processing_class.pad_token_id}
+        if self._packing_checked is None:
+            from verifiers_rl.trainer.logprobs import packing_matches
+
+            ok = packing_matches(model, mb.input_ids, mb.attention_mask, self.args.temperature, **kwargs)
+            if ok is not None:
+                self._packing_checked = ok
+                if not ok:
+                    print("prompt packing off: this model's packed log-probs differ from its padded ones",
+                          flush=True)
+        return kwargs if self._packing_checked else {}
 
     def _filler_sample(self) -> Any:
         from verifiers_rl.trainer.batching import Sample

@@ -1,0 +1,91 @@
+"""Rollouts sharing a prompt run as one packed row (trainer/prefix_packing.py): same log-probs, entropies and
+gradients as the padded rows, on the real tiny model with sdpa and with eager attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verifiers_rl.trainer.logprobs import packing_matches, policy_token_logprobs
+from verifiers_rl.trainer.prefix_packing import group_rows, pack_shared_prompts
+
+PAD = 0
+
+
+def _batch():
+    """Two groups (prompts of 7 and 4 tokens) with 3 and 2 continuations of different lengths, plus one row
+    whose prompt nobody shares; right-padded like the trainer's micro-batches."""
+    g = torch.Generator().manual_seed(0)
+    p1, p2, p3 = (torch.randint(3, 250, (n,), generator=g).tolist() for n in (7, 4, 5))
+    rows = [(p1, 5), (p1, 9), (p1, 2), (p2, 11), (p2, 6), (p3, 3)]
+    seqs = [p + torch.randint(3, 250, (n,), generator=g).tolist() for p, n in rows]
+    T = max(map(len, seqs))
+    ids = torch.full((len(seqs), T), PAD, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for b, s in enumerate(seqs):
+        ids[b, :len(s)] = torch.tensor(s)
+        attn[b, :len(s)] = 1
+    loss = attn.bool().clone()
+    for b, (p, _) in enumerate(rows):
+        loss[b, :len(p)] = False
+    return ids, attn, loss, [len(p) for p, _ in rows]
+
+
+def test_rows_group_by_identical_prompt():
+    ids, attn, _, plens = _batch()
+    assert group_rows(ids, attn.sum(-1).tolist(), plens) == [[0, 1, 2], [3, 4], [5]]
+    packed = pack_shared_prompts(ids, attn, plens, hidden_size=128, pad_id=PAD)
+    assert packed is not None and packed.input_ids.shape[0] == 3
+    # every real token appears in the packed rows at its own position id
+    for b in range(ids.shape[0]):
+        n = int(attn[b].sum())
+        flat = packed.source[b, :n]
+        assert torch.equal(packed.input_ids.view(-1)[flat], ids[b, :n])
+        assert torch.equal(packed.position_ids.view(-1)[flat], torch.arange(n))
+
+
+def test_no_shared_prompt_or_no_saving_means_no_packing():
+    ids, attn, _, plens = _batch()
+    assert pack_shared_prompts(ids, attn, [0] * len(plens), hidden_size=128, pad_id=PAD) is None
+    # attention dominates at a tiny hidden size: one long packed row would cost more than the padded rows
+    assert pack_shared_prompts(ids, attn, plens, hidden_size=1, pad_id=PAD) is None
+    assert pack_shared_prompts(ids, attn, plens, hidden_size=128, pad_id=PAD, max_len=10) is None
+
+
+@pytest.mark.parametrize("attn_impl", ["sdpa", "eager"])
+def test_packed_forward_matches_padded_rows_and_their_gradients(tiny_model_dir, attn_impl):
+    from transformers import AutoModelForCausalLM
+
+    ids, attn, loss, plens = _batch()
+    grads = []
+    results = []
+    for packed in (False, True):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation=attn_impl)
+        kwargs = {"prompt_lens": plens, "pad_id": PAD} if packed else {}
+        lp, ent = policy_token_logprobs(model, ids, attn, 0.8, mask=loss, with_entropy=True, **kwargs)
+        lp[loss].sum().backward()
+        results.append((lp, ent))
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (lp0, ent0), (lp1, ent1) = results
+    assert torch.allclose(lp0, lp1, atol=1e-5) and torch.allclose(ent0, ent1, atol=1e-5)
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
+    for name, g in grads[0].items():  # same up to float summation order, relative to each tensor's scale
+        assert (g - grads[1][name]).abs().max() <= 1e-5 * g.abs().max() + 1e-8, name
+    assert packing_matches(model, ids, attn, 0.8, prompt_lens=plens, pad_id=PAD) is True
+
+
+def test_a_model_that_ignores_position_ids_fails_the_check(tiny_model_dir):
+    """The trainer compares packed and padded log-probs once before packing: a model that numbers positions its
+    own way (here: position_ids dropped) must fail that comparison."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    inner = model.model.forward
+
+    def no_positions(*a, **kw):
+        kw.pop("position_ids", None)
+        return inner(*a, **kw)
+
+    model.model.forward = no_positions
+    ids, attn, _, plens = _batch()
+    assert packing_matches(model, ids, attn, 1.0, prompt_lens=plens, pad_id=PAD) is False

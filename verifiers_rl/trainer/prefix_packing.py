@@ -1,0 +1,96 @@
+"""One forward row per prompt: the rollouts of a group share their prompt, so it is computed once.
+
+A micro-batch of right-padded rows [B, T] (prompt + continuation each) becomes R rows, one per distinct prompt:
+the prompt's tokens, then every continuation that follows it, one after another. A 4D attention mask lets each
+continuation see the prompt and itself (causally) and nothing else; position ids restart at the prompt length
+for each continuation, so every token sees exactly what it sees in its own row: the same log-probs, the same
+gradients, with the prompt's forward and backward paid once per group instead of once per rollout (HF's
+"custom 4D attention mask" input, used as-is by its sdpa and eager attention).
+
+`pack_shared_prompts` decides from a cost estimate (tokens plus attention) whether packing pays for this
+micro-batch and returns None when it does not. `source` maps every original position (b, t) to its position in
+the packed rows, so callers read the hidden states of the original layout through it.
+
+Pure functions: tensors in, tensors out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MAX_PACKED_LEN = 4096
+"""Longest packed row: its dense [L, L] mask (and sdpa's attention weights) grow with the square."""
+
+MIN_SAVING = 0.85
+"""Pack only when the estimated cost falls below this fraction of the padded rows' cost."""
+
+
+@dataclass
+class PackedRows:
+    input_ids: torch.Tensor       # [R, L]
+    position_ids: torch.Tensor    # [R, L]
+    attention_mask: torch.Tensor  # [R, 1, L, L]: bool (sdpa) or additive float (eager)
+    source: torch.Tensor          # [B, T] flat index r * L + l of each original position (0 on padding)
+
+
+def _cost(rows: int, length: int, hidden_size: int) -> float:
+    # Per layer, a token's projections cost ~24 h^2 flops and one query-key pair of attention ~4 h: 1 / (6 h).
+    return rows * length * (1.0 + length / (6.0 * hidden_size))
+
+
+def group_rows(input_ids: torch.Tensor, lengths: list[int], prompt_lens: list[int]) -> list[list[int]]:
+    """Rows grouped by identical prompt (in order of first appearance); a row without a prompt is its own group."""
+    groups: dict[tuple, list[int]] = {}
+    for b, (n, p) in enumerate(zip(lengths, prompt_lens)):
+        p = min(p, n)
+        key = (p, *input_ids[b, :p].tolist()) if p > 0 else ("row", b)
+        groups.setdefault(key, []).append(b)
+    return list(groups.values())
+
+
+def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lens: list[int], *,
+                        hidden_size: int, pad_id: int, mask_dtype: torch.dtype | None = None,
+                        max_len: int = MAX_PACKED_LEN) -> PackedRows | None:
+    """Packed rows for right-padded ``input_ids`` [B, T] whose first ``prompt_lens[b]`` tokens are row b's prompt;
+    None when no two rows share a prompt or packing would not pay. ``mask_dtype`` None gives a bool mask
+    (True = attend, for sdpa); a float dtype gives an additive mask (0 / dtype min, for eager attention)."""
+    B, T = input_ids.shape
+    lengths = attention_mask.sum(-1).tolist()
+    groups = group_rows(input_ids, lengths, prompt_lens)
+    if len(groups) == B:
+        return None
+    shared = [min(prompt_lens[g[0]], lengths[g[0]]) for g in groups]
+    row_len = [p + sum(lengths[b] - p for b in g) for g, p in zip(groups, shared)]
+    L = max(row_len)
+    if L > max_len or _cost(len(groups), L, hidden_size) >= MIN_SAVING * _cost(B, T, hidden_size):
+        return None
+    R = len(groups)
+    ids = torch.full((R, L), pad_id, dtype=input_ids.dtype)
+    pos = torch.zeros((R, L), dtype=torch.long)
+    seg = torch.full((R, L), -1, dtype=torch.long)  # 0: the prompt, k: the k-th continuation, -1: padding
+    source = torch.zeros((B, T), dtype=torch.long)
+    src_ids = input_ids.cpu()
+    for r, (g, p) in enumerate(zip(groups, shared)):
+        ids[r, :p] = src_ids[g[0], :p]
+        pos[r, :p] = torch.arange(p)
+        seg[r, :p] = 0
+        at = p
+        for k, b in enumerate(g, start=1):
+            n = lengths[b] - p
+            ids[r, at:at + n] = src_ids[b, p:p + n]
+            pos[r, at:at + n] = torch.arange(p, p + n)
+            seg[r, at:at + n] = k
+            source[b, :p] = r * L + torch.arange(p)
+            source[b, p:p + n] = r * L + torch.arange(at, at + n)
+            at += n
+    q, k = seg.unsqueeze(-1), seg.unsqueeze(-2)
+    causal = torch.ones((L, L), dtype=torch.bool).tril()
+    allowed = causal & (q >= 0) & (k >= 0) & ((k == 0) | (k == q))
+    allowed |= torch.eye(L, dtype=torch.bool)  # padding attends to itself: no fully-masked (NaN) rows
+    mask = allowed.unsqueeze(1)
+    if mask_dtype is not None:
+        mask = torch.zeros(mask.shape, dtype=mask_dtype).masked_fill_(~mask, torch.finfo(mask_dtype).min)
+    device = input_ids.device
+    return PackedRows(ids.to(device), pos.to(device), mask.to(device), source.to(device))
