@@ -154,9 +154,13 @@ class LocalEngine:
         architecture (e.g. the served model is a deep copy of it)."""
         import torch
 
-        with self._worker.lock, torch.no_grad():
+        with self.weights_lock(), torch.no_grad():
             for dst, src in zip(self.model.state_dict().values(), source.state_dict().values()):
                 dst.copy_(src)
+
+    def weights_lock(self):
+        """Held while a batch decodes: whoever rewrites the served weights takes it (never mid-batch)."""
+        return self._worker.lock
 
     # ------------------------------------------------------------------------------------- public entry
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifiers_rl.inference.weight_sync import SharedWeights, SnapshotWeights, WeightSync
+from verifiers_rl.inference.weight_sync import MergedLoRAWeights, SharedWeights, SnapshotWeights, WeightSync
 
 
 class Inference:
@@ -45,12 +45,18 @@ class Inference:
 
 class LocalInference(Inference):
     """The in-process engine: generating with the policy itself between steps ('shared'), or with a copy
-    refreshed after each step so the next step's rollouts come while this one trains ('snapshot')."""
+    refreshed after each step so the next step's rollouts come while this one trains ('snapshot'). A LoRA policy
+    is served as a copy with its adapters merged (`lora_merge`) in either mode, refreshed at each sync."""
 
     def __init__(self, model: Any, tokenizer: Any, weight_sync: str, max_model_len: int | None = None):
+        from verifiers_rl.inference.lora_merge import merged_copy
         from verifiers_rl.inference.local_engine import LocalEngine
 
-        if weight_sync == "snapshot":
+        merged = merged_copy(model)
+        if merged is not None:
+            self.engine = LocalEngine(merged, tokenizer, model_name="policy", max_model_len=max_model_len)
+            self.weight_sync = MergedLoRAWeights(self.engine)
+        elif weight_sync == "snapshot":
             import copy
 
             snapshot = copy.deepcopy(model).eval().requires_grad_(False)
@@ -59,5 +65,5 @@ class LocalInference(Inference):
         else:
             self.engine = LocalEngine(model, tokenizer, model_name="policy", max_model_len=max_model_len)
             self.weight_sync = SharedWeights("policy")
-            self.inline = True
+        self.inline = weight_sync != "snapshot"
         self.client = self.engine.client

@@ -1,0 +1,60 @@
+"""The local engine serves a LoRA policy as one plain model with the adapters merged in.
+
+A PEFT LoRA linear runs four extra small ops per call (dropout, A, B, scale-and-add); in a decode step of a small
+model those dominate. The engine generates instead with a copy whose linear weights are ``W + B A * scale``,
+refreshed from the policy at every weight sync (the same moment a vLLM server would load the new adapter). The
+policy's own base weights are never touched, so training and resume stay exact.
+
+Only plain LoRA on `nn.Linear` layers qualifies (no DoRA, no LoRA bias, no trainable weights outside the
+adapters, nothing merged already); anything else is served as it is.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def _lora_layers(model: Any) -> list[tuple[str, Any]] | None:
+    """(name, layer) of every LoRA layer under the PEFT model's base model, or None if `model` does not qualify."""
+    try:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora.layer import Linear as LoraLinear
+    except ImportError:
+        return None
+    if not isinstance(model, PeftModel):
+        return None
+    layers = [(n, m) for n, m in model.get_base_model().named_modules() if isinstance(m, LoraLayer)]
+    if not layers:
+        return None
+    for _, m in layers:
+        if type(m) is not LoraLinear or getattr(m, "merged", False):
+            return None
+        if any(m.use_dora.get(a, False) or getattr(m, "lora_bias", {}).get(a, False) for a in m.active_adapters):
+            return None
+    if any(p.requires_grad and "lora_" not in n for n, p in model.named_parameters()):
+        return None  # e.g. modules_to_save: trained weights the merged copy would not follow
+    return layers
+
+
+def merged_copy(model: Any) -> Any | None:
+    """A plain model (eval mode, no grad) equal to `model` with its active adapters merged; None when `model` is not
+    a plain LoRA model (serve it as is)."""
+    if _lora_layers(model) is None:
+        return None
+    merged = copy.deepcopy(model).merge_and_unload()
+    return merged.eval().requires_grad_(False)
+
+
+def refresh_merged(merged: Any, model: Any) -> None:
+    """Write `model`'s current base weights plus adapter deltas into `merged`'s linears."""
+    import torch
+
+    with torch.no_grad():
+        for name, layer in _lora_layers(model) or []:
+            target = merged.get_submodule(name).weight
+            target.copy_(layer.get_base_layer().weight)
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A:
+                    target.add_(layer.get_delta_weight(adapter))
