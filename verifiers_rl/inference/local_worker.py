@@ -100,9 +100,7 @@ class BatchWorker:
     async def _serve(self, queue: asyncio.Queue) -> None:
         while True:
             batch = [await queue.get()]
-            # A short wait lets concurrent callers (asyncio.gather) join this batch.
-            if self.engine.batch_wait_s > 0:
-                await asyncio.sleep(self.engine.batch_wait_s)
+            await self._gather_callers(queue)
             while not queue.empty():
                 batch.append(queue.get_nowait())
             groups: dict[Dist, list[Request]] = {}
@@ -111,6 +109,19 @@ class BatchWorker:
                     groups.setdefault(req.dist, []).append(req)
             for dist, reqs in groups.items():
                 await self._serve_group(dist, [Row(r, i) for r in reqs for i in range(r.n)])
+
+    async def _gather_callers(self, queue: asyncio.Queue) -> None:
+        """Let concurrent callers (asyncio.gather) join this batch: yield to the loop until a few turns bring no
+        new request, for at most `batch_wait_s` (callers started together arrive within a turn or two)."""
+        wait = self.engine.batch_wait_s
+        if wait <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        deadline, idle = loop.time() + wait, 0
+        while idle < 3 and loop.time() < deadline:
+            n = queue.qsize()
+            await asyncio.sleep(0)
+            idle = idle + 1 if queue.qsize() == n else 0
 
     async def _serve_group(self, dist: Dist, rows: list[Row]) -> None:
         size = self.engine.max_batch_size

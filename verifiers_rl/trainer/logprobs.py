@@ -237,7 +237,18 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         return None
     from verifiers_rl.trainer.prefix_packing import pack_shared_prompts
 
-    if pack_shared_prompts(input_ids, attention_mask, list(prompt_lens), hidden_size=settings[0], pad_id=pad_id,
+    from verifiers_rl.trainer.prefix_packing import group_rows
+
+    # Two groups that share a prompt are enough to compare (and cheap): their rows only, padding trimmed.
+    lengths = attention_mask.sum(-1).tolist()
+    shared = [g for g in group_rows(input_ids, lengths, list(prompt_lens)) if len(g) > 1][:2]
+    rows = sorted(b for g in shared for b in g)
+    if not rows:
+        return None
+    width = max(lengths[b] for b in rows)
+    input_ids, attention_mask = input_ids[rows, :width], attention_mask[rows, :width]
+    prompt_lens = [prompt_lens[b] for b in rows]
+    if pack_shared_prompts(input_ids, attention_mask, prompt_lens, hidden_size=settings[0], pad_id=pad_id,
                            mask_dtype=settings[1]) is None:
         return None
     mask = attention_mask.bool()
