@@ -11,7 +11,7 @@ Pure functions: tensors (and the head) in, tensors out.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -221,6 +221,12 @@ def policy_token_logprobs(
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
         return hidden_token_logprobs(out.hidden_states[-1], head, input_ids, temperature, mask=mask,
                                      with_entropy=with_entropy)
+    return _packed_logprobs(model, head, packed, input_ids, temperature, mask, with_entropy)
+
+
+def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_ids: torch.Tensor,
+                     temperature: float, mask: torch.Tensor | None, with_entropy: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
                 output_hidden_states=True, logits_to_keep=1)
     hidden = out.hidden_states[-1]
@@ -230,35 +236,32 @@ def policy_token_logprobs(
 
 def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     temperature: float, *, prompt_lens: list[int], pad_id: int, atol: float = 1e-3) -> bool | None:
-    """Whether the packed forward gives this model's padded log-probs on this batch (no grad); None when the
-    batch would not be packed (nothing to compare)."""
+    """Whether the packed forward gives this model's padded log-probs (no grad), compared on three rollouts of
+    each of the first two prompts that several rows share; None when no prompt is shared (nothing to compare) or
+    the model cannot take the packed form."""
     settings = _packing_settings(model)
-    if settings is None or _output_head(model) is None:
+    head = _output_head(model)
+    if settings is None or head is None:
         return None
-    from verifiers_rl.trainer.prefix_packing import pack_shared_prompts
+    from verifiers_rl.trainer.prefix_packing import group_rows, pack_shared_prompts
 
-    from verifiers_rl.trainer.prefix_packing import group_rows
-
-    # Two groups that share a prompt are enough to compare (and cheap): their rows only, padding trimmed.
     lengths = attention_mask.sum(-1).tolist()
-    shared = [g for g in group_rows(input_ids, lengths, list(prompt_lens)) if len(g) > 1][:2]
-    rows = sorted(b for g in shared for b in g)
+    rows = sorted(b for g in [g for g in group_rows(input_ids, lengths, list(prompt_lens)) if len(g) > 1][:2]
+                  for b in g[:3])
     if not rows:
         return None
     width = max(lengths[b] for b in rows)
     input_ids, attention_mask = input_ids[rows, :width], attention_mask[rows, :width]
-    prompt_lens = [prompt_lens[b] for b in rows]
-    if pack_shared_prompts(input_ids, attention_mask, prompt_lens, hidden_size=settings[0], pad_id=pad_id,
-                           mask_dtype=settings[1]) is None:
-        return None
+    packed = pack_shared_prompts(input_ids, attention_mask, [prompt_lens[b] for b in rows],
+                                 hidden_size=settings[0], pad_id=pad_id, mask_dtype=settings[1],
+                                 max_len=1 << 62, min_saving=float("inf"))
     mask = attention_mask.bool()
     was_training = model.training
     model.eval()  # no dropout: both forwards see the same network, and no random numbers are drawn
     try:
         with torch.no_grad():
             plain, _ = policy_token_logprobs(model, input_ids, attention_mask, temperature, mask=mask)
-            packed, _ = policy_token_logprobs(model, input_ids, attention_mask, temperature, mask=mask,
-                                              prompt_lens=prompt_lens, pad_id=pad_id)
+            packed_lp, _ = _packed_logprobs(model, head, packed, input_ids, temperature, mask, False)
     finally:
         model.train(was_training)
-    return bool(torch.allclose(plain.float(), packed.float(), atol=atol, rtol=0))
+    return bool(torch.allclose(plain.float(), packed_lp.float(), atol=atol, rtol=0))

@@ -52,9 +52,10 @@ def group_rows(input_ids: torch.Tensor, lengths: list[int], prompt_lens: list[in
 
 def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lens: list[int], *,
                         hidden_size: int, pad_id: int, mask_dtype: torch.dtype | None = None,
-                        max_len: int = MAX_PACKED_LEN) -> PackedRows | None:
+                        max_len: int = MAX_PACKED_LEN, min_saving: float = MIN_SAVING) -> PackedRows | None:
     """Packed rows for right-padded ``input_ids`` [B, T] whose first ``prompt_lens[b]`` tokens are row b's prompt;
-    None when no two rows share a prompt or packing would not pay. ``mask_dtype`` None gives a bool mask
+    None when no two rows share a prompt or packing would not pay (its cost estimate is not below ``min_saving``
+    times the padded rows'). ``mask_dtype`` None gives a bool mask
     (True = attend, for sdpa); a float dtype gives an additive mask (0 / dtype min, for eager attention)."""
     B, T = input_ids.shape
     lengths = attention_mask.sum(-1).tolist()
@@ -64,7 +65,7 @@ def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, p
     shared = [min(prompt_lens[g[0]], lengths[g[0]]) for g in groups]
     row_len = [p + sum(lengths[b] - p for b in g) for g, p in zip(groups, shared)]
     L = max(row_len)
-    if L > max_len or _cost(len(groups), L, hidden_size) >= MIN_SAVING * _cost(B, T, hidden_size):
+    if L > max_len or _cost(len(groups), L, hidden_size) >= min_saving * _cost(B, T, hidden_size):
         return None
     R = len(groups)
     ids = torch.full((R, L), pad_id, dtype=input_ids.dtype)
