@@ -116,7 +116,28 @@ def normalize_tools(tools) -> list[dict] | None:
     return [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
 
 
+_ENCODED_MAX = 4096
+
+
 def encode(tokenizer, msgs, tools, chat_kwargs) -> list[int]:
+    """The chat template's token ids for these messages. A GRPO group sends the same prompt once per rollout:
+    the ids are remembered on the tokenizer, by (template, messages, tools, template arguments)."""
+    try:
+        template = getattr(tokenizer, "chat_template", None)
+        template = template if template is None or isinstance(template, str) else json.dumps(template, sort_keys=True)
+        key = (template, json.dumps([msgs, tools, chat_kwargs], sort_keys=True))
+        cache = tokenizer.__dict__.setdefault("_verifiers_rl_chat_ids", {})
+    except (TypeError, ValueError, AttributeError):  # not JSON, or no instance dict: no caching
+        return list(_encode(tokenizer, msgs, tools, chat_kwargs))
+    ids = cache.get(key)
+    if ids is None:
+        if len(cache) >= _ENCODED_MAX:
+            cache.clear()
+        ids = cache[key] = _encode(tokenizer, msgs, tools, chat_kwargs)
+    return list(ids)
+
+
+def _encode(tokenizer, msgs, tools, chat_kwargs) -> list[int]:
     try:
         out = tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=True, **chat_kwargs)
     except Exception as e:
