@@ -6,13 +6,16 @@ steps, fp32 on CPU, no checkpoints and logging every step on both sides, RLTrain
 
 - `short`: the random-init tiny model learning to write lowercase letters (`letters_env`), full fine-tuning,
   32 rollouts = 4 prompts x 8, 24 new tokens, lr 3e-3;
+- `digits`: a second full fine-tuning workload: prompts of 60-110 tokens (`digits_env`), 64 rollouts = 4 x 16,
+  16 new tokens, lr 2e-3;
 - `lora`: reverse-text (offline), LoRA r=8 on the projections, 64 rollouts = 8 x 8, 48 new tokens, lr 2e-4
   (`--model` a warm-started model, default the tiny model).
 
 Prints per pair the two times and their ratio, then the median ratio and the train reward of the last
 `--tail` steps on each side (mean over pairs +- s.e.).
 
-    python benchmarks/speed_vs_trl.py [--workload short|lora|both] [--pairs 5] [--steps 12] [--model DIR] [--threads N]
+    python benchmarks/speed_vs_trl.py [--workload short|digits|lora|both|all] [--pairs 5] [--steps 12]
+                                      [--model DIR] [--threads N]
 """
 
 from __future__ import annotations
@@ -28,23 +31,36 @@ from pathlib import Path
 
 WORKLOADS = {
     "short": dict(full=True, batch_size=32, group=8, max_tokens=24, lr=3e-3),
+    "digits": dict(full=True, batch_size=64, group=16, max_tokens=16, lr=2e-3),
     "lora": dict(full=False, batch_size=64, group=8, max_tokens=48, lr=2e-4),
 }
 
 
-def letters_env():
-    """The short workload's task: any prompt, reward = fraction of the completion's characters that are lowercase
-    ASCII letters (a random-init byte-level model starts near 26/256 and learns it in tens of steps)."""
+def letters_env(chars: str = "abcdefghijklmnopqrstuvwxyz", rows: list[str] | None = None):
+    """A short-completion task for a random-init byte-level model: reward = fraction of the completion's
+    characters in `chars` (lowercase letters: starts near 26/256 and is learnt in tens of steps)."""
     from datasets import Dataset
 
     import verifiers_rl as vf
 
-    def letters(completion) -> float:
-        text = "".join(str(m.get("content") or "") for m in completion) if isinstance(completion, list) else completion
-        return sum("a" <= ch <= "z" for ch in text) / max(len(text), 1)
+    allowed = set(chars)
 
-    rows = [{"question": f"Write something ({i}).", "answer": ""} for i in range(512)]
-    return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[letters]))
+    def share(completion) -> float:
+        text = "".join(str(m.get("content") or "") for m in completion) if isinstance(completion, list) else completion
+        return sum(ch in allowed for ch in text) / max(len(text), 1)
+
+    rows = rows or [f"Write something ({i})." for i in range(512)]
+    return vf.SingleTurnEnv(dataset=Dataset.from_list([{"question": q, "answer": ""} for q in rows]),
+                            rubric=vf.Rubric(funcs=[share]))
+
+
+def digits_env():
+    """The second full fine-tuning workload: longer prompts of varied length (a system prompt, then a list of
+    words), reward = share of digits in the reply."""
+    words = ["apple", "river", "mountain", "sky", "keyboard", "elephant", "tea", "orbit", "lantern", "quartz"]
+    rows = [f"Answer with digits only. Count the words: {' '.join(words[(i + j) % 10] for j in range(3 + i % 9))}"
+            for i in range(512)]
+    return letters_env("0123456789", rows)
 
 
 def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int) -> tuple[float, list[float]]:
@@ -142,7 +158,8 @@ def bench(name: str, model_dir: str, env, a) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="both", choices=["short", "lora", "both"])
+    p.add_argument("--workload", default="both", choices=["short", "digits", "lora", "both", "all"],
+                   help="both: short and lora; all: the three")
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--tail", type=int, default=3, help="train reward averaged over the last N steps")
@@ -163,11 +180,12 @@ def main() -> None:
     from verifiers_rl.envs.loading import load_environment
     from verifiers_rl.models.tiny import build_tiny_model
 
-    envs = {"short": letters_env(),
+    envs = {"short": letters_env(), "digits": digits_env(),
             "lora": load_environment("reverse-text", dataset_source="offline", num_eval_examples=16)}
+    names = {"both": ["short", "lora"], "all": ["short", "digits", "lora"]}.get(a.workload, [a.workload])
     with tempfile.TemporaryDirectory() as tmp:
         tiny = str(build_tiny_model(f"{tmp}/tiny"))
-        for name in (["short", "lora"] if a.workload == "both" else [a.workload]):
+        for name in names:
             bench(name, a.model if (name == "lora" and a.model) else tiny, envs[name], a)
 
 
