@@ -2,8 +2,9 @@
 
 The environments call `engine.client.chat.completions.create(...)` exactly as they would call a vLLM server;
 concurrent requests are collected by a per-event-loop worker and run as shared batched decode calls (a bare
-forward loop over the KV cache, `local_decode`) in a worker thread. Responses are real `openai.types.chat.ChatCompletion` objects shaped like vLLM's with
-`return_token_ids`: top-level `prompt_token_ids`, per-choice `token_ids`, and sampling logprobs.
+forward loop over the KV cache, `local_decode`). Responses are real `openai.types.chat.ChatCompletion` objects
+shaped like vLLM's with `return_token_ids`: top-level `prompt_token_ids`, per-choice `token_ids`, and sampling
+logprobs. A LoRA policy is served as a merged copy (`lora_merge`, through `LocalInference`).
 
 Sampling semantics (documented because RL depends on them):
 - Tokens are sampled by our own sampler (`local_sampling.Sampler.choose`) on the last position's logits; HF's

@@ -6,7 +6,7 @@ refreshed from the policy at every weight sync (the same moment a vLLM server wo
 policy's own base weights are never touched, so training and resume stay exact.
 
 Only plain LoRA on `nn.Linear` layers qualifies (no DoRA, no LoRA bias, no trainable weights outside the
-adapters, nothing merged already); anything else is served as it is.
+adapters, nothing merged already), on CPU or on a GPU with room for the copy; anything else is served as it is.
 """
 
 from __future__ import annotations
@@ -38,10 +38,24 @@ def _lora_layers(model: Any) -> list[tuple[str, Any]] | None:
     return layers
 
 
+def _room_for_copy(model: Any) -> bool:
+    """On CPU, yes; on a CUDA device, when twice the model's size is free there (the copy must not be what makes a
+    run that fitted before run out of memory)."""
+    import torch
+
+    param = next(model.parameters(), None)
+    if param is None or param.device.type == "cpu":
+        return param is not None
+    if param.device.type != "cuda":
+        return False
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    return torch.cuda.mem_get_info(param.device)[0] > 2 * size
+
+
 def merged_copy(model: Any) -> Any | None:
     """A plain model (eval mode, no grad) equal to `model` with its active adapters merged; None when `model` is not
-    a plain LoRA model (serve it as is)."""
-    if _lora_layers(model) is None:
+    a plain LoRA model or its device has no room for a copy (serve it as is)."""
+    if _lora_layers(model) is None or not _room_for_copy(model):
         return None
     merged = copy.deepcopy(model).merge_and_unload()
     return merged.eval().requires_grad_(False)
