@@ -50,16 +50,9 @@ class SnapshotWeights(WeightSync):
         self.engine.load_weights_from(model)
 
 
-class MergedLoRAWeights(WeightSync):
+class MergedLoRAWeights(SnapshotWeights):
     """The local engine serves a LoRA policy as a plain copy with the adapters merged in (`lora_merge`), rewritten
     from the policy after each optimizer step."""
-
-    def __init__(self, engine: Any, name: str = "policy"):
-        self.engine = engine
-        self._name = name
-
-    def model_name(self) -> str:
-        return self._name
 
     def sync(self, model: Any, version: int) -> None:
         from verifiers_rl.inference.lora_merge import refresh_merged
