@@ -112,7 +112,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     next_pos = attention.sum(-1, keepdim=True)  # the first new token's position in each row
     extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
     cache = reserved_cache(model, P + max_new)
-    shared = _unique_rows(input_ids, attention) if _compactable(cache) else None
+    compact = _compactable(cache)
+    shared = _unique_rows(input_ids, attention) if compact else None
     if shared is None:
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     past_key_values=cache, **extra)
@@ -125,7 +126,6 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
         out.logits = out.logits.index_select(0, inverse)
     pad = torch.full((B,), pad_id, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)  # the rows in the forward batch, in order
-    compact = _compactable(cache)
     done = None
     n = 0
     for step in range(max_new):

@@ -145,14 +145,20 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _unwrapped(model: torch.nn.Module) -> tuple[torch.nn.Module, Any, Any]:
+    """(the model under a DDP-style `.module` wrapper, its config, its text config)."""
+    inner = model.module if hasattr(model, "module") and isinstance(model.module, torch.nn.Module) else model
+    config = getattr(inner, "config", None)
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    return inner, config, text
+
+
 def _output_head(model: torch.nn.Module) -> Callable | None:
     """The module that turns last hidden states into logits, or None when the model's forward does more than
     apply it (logit soft-capping, a logit scale) or takes no `logits_to_keep`: those keep the full-logits path."""
     import inspect
 
-    inner = model.module if hasattr(model, "module") and isinstance(model.module, torch.nn.Module) else model
-    config = getattr(inner, "config", None)
-    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    inner, _, text = _unwrapped(model)
     if getattr(text, "final_logit_softcapping", None) or getattr(text, "logit_scale", None) not in (None, 1, 1.0):
         return None
     get = getattr(inner, "get_output_embeddings", None)
@@ -166,9 +172,7 @@ def _output_head(model: torch.nn.Module) -> Callable | None:
 def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None] | None:
     """(hidden size, mask dtype) when the model takes a custom 4D attention mask as-is (sdpa: bool, eager: additive
     float) and every layer attends fully; None otherwise (flash/flex attention, sliding windows)."""
-    inner = model.module if hasattr(model, "module") and isinstance(model.module, torch.nn.Module) else model
-    config = getattr(inner, "config", None)
-    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    inner, config, text = _unwrapped(model)
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
     hidden = getattr(text, "hidden_size", None)
     if impl not in ("sdpa", "eager") or not isinstance(hidden, int):
