@@ -5,7 +5,8 @@
     (`min_tokens` = `max_tokens`), with logprobs on, as RL rollouts ask for them.
 Each is run once to warm up, then `--repeats` times (alternating); prints tokens/s and the engine/HF ratio.
 
-    python benchmarks/local_engine_throughput.py [--model DIR] [--prompts 64] [--tokens 32] [--repeats 3] [--threads N] [--mixed] [--hf-main-thread]
+    python benchmarks/local_engine_throughput.py [--model DIR] [--prompts 64] [--tokens 32] [--repeats 3]
+        [--threads N] [--mixed] [--no-system] [--hf-main-thread]
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 
-def _prompts(n: int) -> list[list[dict]]:
+def _prompts(n: int, system: bool = True) -> list[list[dict]]:
     words = ["apple", "river", "mountain", "sky", "keyboard", "elephant", "tea", "orbit"]
-    return [
-        [
-            {"role": "system", "content": "Reverse the text."},
-            {"role": "user", "content": " ".join(words[(i + j) % len(words)] for j in range(1 + i % 5))},
-        ]
-        for i in range(n)
-    ]
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(1 + i % 5)) for i in range(n)]
+    if not system:  # every prompt differs from its first word on: nothing but the chat header to share
+        return [[{"role": "user", "content": f"{t}: reverse it."}] for t in texts]
+    return [[{"role": "system", "content": "Reverse the text."}, {"role": "user", "content": t}] for t in texts]
 
 
 def main() -> None:
@@ -39,6 +37,8 @@ def main() -> None:
     ap.add_argument("--mixed", action="store_true",
                     help="mixed lengths: row i wants 8 + (i * 7) % (T - 7) tokens (HF generate runs every row to the "
                          "longest; both count only the wanted tokens)")
+    ap.add_argument("--no-system", action="store_true",
+                    help="no system prompt: the prompts share only the chat header (no common prefix to reuse)")
     ap.add_argument("--hf-main-thread", action="store_true",
                     help="run the plain HF generate in the main thread (default: a worker thread, like the engine)")
     args = ap.parse_args()
@@ -60,10 +60,11 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     N, T = args.prompts, args.tokens
-    prompts = _prompts(N)
+    prompts = _prompts(N, system=not args.no_system)
     wants = [8 + (i * 7) % (T - 7) if args.mixed and T > 8 else T for i in range(N)]
     print(f"model: {model_dir}  ({sum(p.numel() for p in model.parameters()):,} params)  "
-          f"torch threads: {torch.get_num_threads()}  prompts: {N}  new tokens: {T}{' (mixed)' if args.mixed else ''}")
+          f"torch threads: {torch.get_num_threads()}  prompts: {N}{' (no system prompt)' if args.no_system else ''}  "
+          f"new tokens: {T}{' (mixed)' if args.mixed else ''}")
 
     # (a) plain HF generate: one left-padded batch
     encoded = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verifiers_rl.inference.local_decode import reserved_cache  # noqa: E402
+from verifiers_rl.inference.kv_cache import reserved_cache  # noqa: E402
 
 
 def step_logits(model, ids, attention, cache, new_tokens):
@@ -59,12 +59,14 @@ def test_sliding_window_layers_keep_their_own_cache():
     assert [type(x).__name__ for x in cache.layers] == ["ReservedLayer", "DynamicSlidingWindowLayer"]
 
 
-def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("own_step", [False, True], ids=["model-forward", "decode-step"])
+def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, monkeypatch, own_step):
     """Rows with different max_tokens finish at different steps; dropping them from the forward batch gives the
-    same tokens and logprobs as decoding every row to the end (same seeds, same draws)."""
+    same tokens and logprobs as decoding every row to the end (same seeds, same draws), whether the tokens go
+    through the model's forward or the engine's own decode step."""
     from transformers import AutoModelForCausalLM
 
-    from verifiers_rl.inference import local_decode
+    from verifiers_rl.inference import decode_step, local_decode
     from verifiers_rl.inference.local_sampling import Sampler, StopCriteria, row_generators
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -73,16 +75,24 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, 
     attention = torch.ones_like(ids)
     attention[2, :3] = 0
     max_new = [2, 3, 3, 5, 8, 13, 16, 16]
+    step = decode_step.DecodeStep.for_model(model) if own_step else None
+    assert (step is not None) == own_step
+    monkeypatch.setattr(decode_step.DecodeStep, "for_model", staticmethod(lambda m: step))
     calls = []
-    forward = model.forward
+    forward, own = model.forward, decode_step.DecodeStep.step
 
     def counting_forward(*a, **kw):
         calls.append(kw["input_ids"].shape[0])
         return forward(*a, **kw)
 
+    def counting_step(self, tokens, *a):
+        calls.append(len(tokens))
+        return own(self, tokens, *a)
+
     def run(compact: bool):
-        monkeypatch.setattr(local_decode, "_compactable", lambda cache: compact and cache is not None)
+        monkeypatch.setattr(local_decode, "compactable", lambda cache: compact and cache is not None)
         monkeypatch.setattr(model, "forward", counting_forward)
+        monkeypatch.setattr(decode_step.DecodeStep, "step", counting_step)
         calls.clear()
         sampler = Sampler(attention, temperature=1.0, segments=row_generators([("r", 7, 0)] * B))
         stopper = StopCriteria(None, P, eos_ids=[], max_new=max_new, min_tokens=[0] * B, ignore_eos=[True] * B,
@@ -98,4 +108,66 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, 
     for i, n in enumerate(max_new):
         assert torch.allclose(lp_full[i, :n], lp_compact[i, :n], atol=1e-5)
     assert calls_full == [B] * 16
-    assert calls_compact[0] == B and calls_compact[-1] == 2 and sum(calls_compact) < 0.75 * sum(calls_full)
+    assert len(calls_compact) == 16 and calls_compact[0] == B and calls_compact[-1] == 2
+    assert sum(calls_compact) < 0.75 * sum(calls_full)
+
+
+def _left_padded(rows: list[torch.Tensor], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    P = max(len(r) for r in rows)
+    ids = torch.full((len(rows), P), pad)
+    attention = torch.zeros((len(rows), P), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, P - len(r):], attention[i, P - len(r):] = r, 1
+    return ids, attention
+
+
+def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkeypatch):
+    """Prompts sharing a 30-token prefix (two of them identical): the prefix runs once, then only the columns after
+    it; the logits and every real position's keys and values match a plain forward over all rows."""
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.inference import local_decode
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(3, 250, (30,), generator=g)
+    rows = [torch.cat([prefix, torch.randint(3, 250, (n,), generator=g)]) for n in (5, 12, 1, 20)]
+    rows.append(rows[1].clone())
+    ids, attention = _left_padded(rows)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    assert local_decode._shared_prefix(ids, attention) == 30  # the longest row has no padding
+    shapes = []
+    forward = model.forward
+
+    def recording_forward(*a, **kw):
+        shapes.append(tuple(kw["input_ids"].shape))
+        return forward(*a, **kw)
+
+    monkeypatch.setattr(model, "forward", recording_forward)
+    with torch.inference_mode():
+        ours = reserved_cache(model, ids.shape[1] + 4)
+        out = local_decode._prefill(model, ids, attention, positions, ours, True, {"logits_to_keep": 1})
+        theirs = reserved_cache(model, ids.shape[1] + 4)
+        ref = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                    past_key_values=theirs)
+    assert shapes[:2] == [(1, 30), (4, 20)]  # the prefix once, then four distinct prompts' last 20 columns
+    assert torch.allclose(out.logits[:, -1], ref.logits[:, -1], atol=1e-5)
+    real = attention.bool()
+    for a, b in zip(ours.layers, theirs.layers):
+        for x, y in ((a.keys, b.keys), (a.values, b.values)):
+            assert x.shape == y.shape
+            assert torch.allclose(x.transpose(1, 2)[real], y.transpose(1, 2)[real], atol=1e-5)
+
+
+def test_short_or_missing_common_prefixes_are_not_split_off():
+    from verifiers_rl.inference.local_decode import MIN_SHARED_PREFIX, _shared_prefix
+
+    g = torch.Generator().manual_seed(0)
+    short = torch.randint(3, 250, (MIN_SHARED_PREFIX - 1,), generator=g)
+    rows = [torch.cat([short, torch.randint(3, 250, (9,), generator=g)]) for _ in range(3)]
+    assert _shared_prefix(*_left_padded(rows)) == 0
+    assert _shared_prefix(*_left_padded(rows[:1])) == 0
+    long = torch.randint(3, 250, (40,), generator=g)
+    # a prompt that is the prefix itself plus one token: every row keeps at least its last token to compute
+    ids, attention = _left_padded([torch.cat([long, torch.tensor([5])]), torch.cat([long, torch.tensor([6, 7])])])
+    assert _shared_prefix(ids, attention) == 40

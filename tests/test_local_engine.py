@@ -471,6 +471,21 @@ def test_sampler_samples_the_filtered_distribution_and_reports_its_logprobs():
     assert torch.allclose(freq, want_lp.exp(), atol=0.02), (freq, want_lp.exp())
 
 
+def test_sample_at_a_real_vocabulary_size_keeps_the_mass_of_rare_tokens():
+    """Qwen's vocabulary: one token holds half the mass, 151,934 share the other half, the last is filtered."""
+    from verifiers_rl.inference.local_sampling import sample
+
+    V, B = 151_936, 4000
+    probs = torch.full((V,), 0.5 / (V - 2))
+    probs[0], probs[-1] = 0.5, 0.0
+    lp = probs.log().expand(B, -1)
+    picks = sample(lp, row_generators([("r", 3, 0)] * B))
+    assert abs(float((picks == 0).float().mean()) - 0.5) < 0.04
+    assert int((picks == V - 1).sum()) == 0
+    assert len(picks[picks > 0].unique()) > 1500  # the rare half is spread over the tail, not lumped
+    assert torch.equal(picks, sample(lp, row_generators([("r", 3, 0)] * B)))  # seeded: the same draws
+
+
 def test_row_generators_seeds():
     def draws(seeds, global_seed=0):
         torch.manual_seed(global_seed)

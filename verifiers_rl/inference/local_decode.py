@@ -11,11 +11,13 @@ a batch, so `import verifiers_rl` stays fast.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any
 
 import torch
+
+from verifiers_rl.inference.decode_step import DecodeStep
+from verifiers_rl.inference.kv_cache import compactable, reserved_cache
 
 
 def _accepts_logits_to_keep(model: Any) -> bool:
@@ -24,60 +26,6 @@ def _accepts_logits_to_keep(model: Any) -> bool:
         return "logits_to_keep" in inspect.signature(base.forward).parameters
     except (TypeError, ValueError):
         return False
-
-
-@functools.cache
-def _reserved_layer_class() -> type:  # defined on first use: transformers' cache module loads with the engine
-    from transformers.cache_utils import DynamicLayer
-
-    class ReservedLayer(DynamicLayer):
-        """A full-attention cache layer whose keys and values live in one buffer sized for the whole decode: each
-        token writes in place, where `DynamicLayer` concatenates (a copy of the whole cache per token: quadratic
-        in the length)."""
-
-        def __init__(self, capacity: int):
-            super().__init__()
-            self.capacity, self.length = capacity, 0
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-                shape = (*key_states.shape[:-2], self.capacity, key_states.shape[-1])
-                self._k, self._v = key_states.new_empty(shape), value_states.new_empty(shape)
-            end = self.length + key_states.shape[-2]
-            self._k[..., self.length:end, :] = key_states
-            self._v[..., self.length:end, :] = value_states
-            self.length = end
-            self.keys, self.values = self._k[..., :end, :], self._v[..., :end, :]
-            return self.keys, self.values
-
-        def select_rows(self, idx: torch.Tensor) -> None:
-            """Batch row i becomes row `idx[i]`: finished rows leave the decode batch, a shared prompt's prefill
-            is copied to every row that asked for it."""
-            self._k, self._v = self._k.index_select(0, idx), self._v.index_select(0, idx)
-            self.keys, self.values = self._k[..., :self.length, :], self._v[..., :self.length, :]
-
-    return ReservedLayer
-
-
-def reserved_cache(model: Any, capacity: int) -> Any:
-    """A `DynamicCache` for `model` whose plain full-attention layers are preallocated to `capacity` tokens; None
-    (the model builds its own cache) when the config does not describe its layers up front."""
-    try:
-        from transformers.cache_utils import DynamicCache, DynamicLayer
-
-        cache = DynamicCache(config=model.config)
-    except Exception:  # a config the cache cannot read: the model's own default
-        return None
-    if not cache.layers:
-        return None
-    layer = _reserved_layer_class()
-    cache.layers = [layer(capacity) if type(x) is DynamicLayer else x for x in cache.layers]
-    return cache
-
-
-def _compactable(cache: Any) -> bool:
-    return cache is not None and all(hasattr(x, "select_rows") for x in cache.layers)
 
 
 def _unique_rows(input_ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -90,6 +38,63 @@ def _unique_rows(input_ids: torch.Tensor, attention: torch.Tensor) -> tuple[torc
     first = torch.full((len(uniq),), len(keyed), dtype=torch.long, device=keyed.device)
     first.scatter_reduce_(0, inverse, torch.arange(len(keyed), device=keyed.device), reduce="amin")
     return first, inverse
+
+
+MIN_SHARED_PREFIX = 16  # tokens: below this, a second forward call costs more than it saves
+
+
+def _shared_prefix(input_ids: torch.Tensor, attention: torch.Tensor) -> int:
+    """How many leading columns of a left-padded batch hold only padding and one prompt prefix common to every
+    row (0 when that prefix is short): those columns' keys and values can be computed once."""
+    lengths = attention.sum(-1)
+    if len(input_ids) < 2 or int(lengths.min()) <= MIN_SHARED_PREFIX:
+        return 0
+    pads = input_ids.shape[1] - lengths
+    # each row's first tokens (all but its last, whose logits every row needs), aligned at their start
+    firsts = input_ids.gather(1, pads[:, None] + torch.arange(int(lengths.min()) - 1, device=input_ids.device))
+    common = int((firsts == firsts[:1]).all(0).long().cumprod(0).sum())
+    start = input_ids.shape[1] - int((lengths - common).max())
+    return start if common >= MIN_SHARED_PREFIX else 0
+
+
+def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
+             cache: Any, compact: bool, extra: dict) -> Any:
+    """The prompts' forward (last-position logits for every row) that fills `cache`. With a `compact` cache,
+    identical prompts are computed once and a prefix common to every prompt once (vLLM's prefix caching, within
+    a batch); their key/value rows are copied into place."""
+    if not compact:
+        return model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                     past_key_values=cache, **extra)
+    shared = _unique_rows(input_ids, attention)
+    if shared is not None:
+        first, inverse = shared
+        input_ids, attention, positions = input_ids[first], attention[first], positions[first]
+    start = _shared_prefix(input_ids, attention)
+    if start:
+        _fill_prefix(model, cache, input_ids, attention, start, extra)
+    out = model(input_ids=input_ids[:, start:], attention_mask=attention, position_ids=positions[:, start:],
+                use_cache=True, past_key_values=cache, **extra)
+    if shared is not None:
+        for layer in cache.layers:
+            layer.select_rows(inverse)
+        out.logits = out.logits.index_select(0, inverse)
+    return out
+
+
+def _fill_prefix(model: Any, cache: Any, input_ids: torch.Tensor, attention: torch.Tensor, start: int,
+                 extra: dict) -> None:
+    """Compute the common prefix once and write its keys and values into columns [0, start) of every row
+    (a row's padding columns get copies of the first token's: masked, but finite)."""
+    pads = input_ids.shape[1] - attention.sum(-1)
+    longest = int(pads.argmin())
+    prefix = input_ids[longest, int(pads[longest]):start]
+    own = reserved_cache(model, len(prefix))
+    model(input_ids=prefix[None], position_ids=torch.arange(len(prefix), device=prefix.device)[None],
+          use_cache=True, past_key_values=own, **extra)
+    src = (torch.arange(start, device=pads.device)[None] - pads[:, None]).clamp(min=0)  # [B, start]
+    for mine, theirs in zip(own.layers, cache.layers):
+        # [1, H, L, D] → [B, H, start, D]: row i's column c holds prefix token c - pad_i
+        theirs.update(mine.keys[0][:, src].transpose(0, 1), mine.values[0][:, src].transpose(0, 1))
 
 
 def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler: Any, stopper: Any,
@@ -112,24 +117,19 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     next_pos = attention.sum(-1, keepdim=True)  # the first new token's position in each row
     extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
     cache = reserved_cache(model, P + max_new)
-    compact = _compactable(cache)
-    shared = _unique_rows(input_ids, attention) if compact else None
-    if shared is None:
-        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                    past_key_values=cache, **extra)
-    else:
-        first, inverse = shared
-        out = model(input_ids=input_ids[first], attention_mask=attention[first], position_ids=positions[first],
-                    use_cache=True, past_key_values=cache, **extra)
-        for layer in cache.layers:
-            layer.select_rows(inverse)
-        out.logits = out.logits.index_select(0, inverse)
+    compact = compactable(cache)
+    out = _prefill(model, input_ids, attention, positions, cache, compact, extra)
     pad = torch.full((B,), pad_id, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)  # the rows in the forward batch, in order
+    fast = DecodeStep.for_model(model) if compact else None
+    if fast is not None:
+        key_bias = torch.zeros((B, P + max_new), dtype=torch.float32, device=device)
+        key_bias[:, :P].masked_fill_(attention == 0, torch.finfo(torch.float32).min)
+        row_pos, row_bias = next_pos[:, 0], key_bias
+    logits = out.logits[:, -1]
     done = None
     n = 0
     for step in range(max_new):
-        logits = out.logits[:, -1]
         if len(rows) < B:
             logits = logits.new_zeros((B, logits.shape[-1])).index_copy_(0, rows, logits)
         tok = sampler.choose(buf[:, : P + step], logits)
@@ -145,6 +145,13 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
             for layer in cache.layers:
                 layer.select_rows(keep)
             rows = rows[keep]
-        out = model(input_ids=tok[rows, None], attention_mask=mask[rows, : P + n], position_ids=next_pos[rows] + step,
-                    past_key_values=out.past_key_values, use_cache=True, **extra)
+            if fast is not None:
+                row_pos, row_bias = next_pos[rows, 0], key_bias[rows]
+        if fast is not None:
+            logits = fast.step(tok[rows], row_pos + step, row_bias, cache)
+        else:
+            out = model(input_ids=tok[rows, None], attention_mask=mask[rows, : P + n],
+                        position_ids=next_pos[rows] + step, past_key_values=out.past_key_values, use_cache=True,
+                        **extra)
+            logits = out.logits[:, -1]
     return buf[:, : P + n]

@@ -43,18 +43,19 @@ def filter_scores(x: torch.Tensor, *, temperature: float, top_k: int, top_p: flo
 
 
 def sample(lp: torch.Tensor, segments: Segments) -> torch.Tensor:
-    """One token per row from log-probs `lp` (B, V), drawing each row's noise from its segment's generator."""
-    # Exponential race: argmax(p / E), E ~ Exp(1), is an exact categorical sample and much cheaper than
-    # torch.multinomial on CPU.
-    noise = torch.empty_like(lp)
+    """One token per row from log-probs `lp` (B, V), drawing each row's uniform from its segment's generator."""
+    # Inverse CDF: one uniform per row, where a noise draw per vocabulary entry costs ~16 ns each on CPU (150 ms
+    # a step at Qwen's vocabulary). The running sum is in float64 so that rare tokens keep their mass.
+    u = torch.empty(lp.shape[0], dtype=torch.float64, device=lp.device)
     for idx, g in segments:
         if idx is None:
-            noise.exponential_(generator=g)
+            u.uniform_(generator=g)
         else:
-            noise[idx] = noise[idx].exponential_(generator=g)
-    # A zero draw would turn a filtered (p = 0) token into 0/0 = NaN, which argmax would pick.
-    noise.clamp_(min=torch.finfo(noise.dtype).tiny)
-    return (lp.exp() / noise).argmax(dim=-1)
+            u[idx] = u[idx].uniform_(generator=g)
+    cdf = lp.double().exp_().cumsum_(-1)
+    # the first token whose cumulative mass passes u · total: a token of zero mass never does
+    pick = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+    return pick.clamp_(max=lp.shape[-1] - 1)
 
 
 def row_generators(seeds: Sequence[tuple[Hashable, int, int] | None], device: Any = "cpu") -> Segments:

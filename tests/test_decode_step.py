@@ -1,0 +1,117 @@
+"""The local engine's own one-token forward (`decode_step`): the logits of the model's forward, token after token,
+for each family it accepts (random-init models built offline from configs); everything else is refused and keeps
+the model's forward."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from verifiers_rl.inference.decode_step import DecodeStep  # noqa: E402
+from verifiers_rl.inference.kv_cache import reserved_cache  # noqa: E402
+
+SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128)
+
+
+def _model(kind: str, dtype=torch.float32):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    if kind == "qwen3":
+        cfg = tf.Qwen3Config(head_dim=16, **SMALL)
+    elif kind == "qwen2":  # biases on q, k and v
+        cfg = tf.Qwen2Config(**SMALL)
+    elif kind == "llama-rope-scaled":
+        cfg = tf.LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 16}, **SMALL)
+    else:
+        cfg = tf.MistralConfig(sliding_window=None, **SMALL)
+    model = tf.AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
+    with torch.no_grad():  # random biases, so that a dropped bias would show
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0, 0.5)
+    return model
+
+
+def _logits_both_ways(model, step, n_steps=6):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 96, (3, 7), generator=g)
+    att = torch.ones_like(ids)
+    att[1, :3] = 0
+    att[2, :1] = 0
+    pos = (att.cumsum(-1) - 1).clamp(min=0)
+    cap = 7 + n_steps
+    caches = [reserved_cache(model, cap), reserved_cache(model, cap)]
+    bias = torch.zeros((3, cap))
+    bias[:, :7].masked_fill_(att == 0, torch.finfo(torch.float32).min)
+    mask = torch.cat([att, torch.ones((3, n_steps), dtype=att.dtype)], 1)
+    ref, ours = [], []
+    with torch.inference_mode():
+        for c in caches:
+            out = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=c, use_cache=True)
+        tok = out.logits[:, -1].argmax(-1)
+        for s in range(n_steps):
+            p = att.sum(-1) + s
+            ref.append(model(input_ids=tok[:, None], attention_mask=mask[:, : 8 + s], position_ids=p[:, None],
+                             past_key_values=caches[0], use_cache=True).logits[:, -1])
+            ours.append(step.step(tok, p, bias, caches[1]))
+            tok = torch.randint(0, 96, (3,), generator=g)
+    return torch.stack(ref, 1), torch.stack(ours, 1)
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "qwen2", "llama-rope-scaled", "mistral"])
+def test_the_step_gives_the_logits_of_the_models_forward(kind):
+    model = _model(kind)
+    if kind == "qwen2":
+        assert model.model.layers[0].self_attn.q_proj.bias.abs().max() > 0.1
+    step = DecodeStep.for_model(model)
+    assert step is not None
+    ref, ours = _logits_both_ways(model, step)
+    assert ref.abs().max() > 0.1
+    assert torch.allclose(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_bfloat16_is_accepted_within_its_precision():
+    model = _model("qwen3", torch.bfloat16)
+    step = DecodeStep.for_model(model)
+    assert step is not None
+    ref, ours = _logits_both_ways(model, step)
+    assert (ours.float() - ref.float()).abs().max() <= 3e-2 * ref.float().abs().max()
+
+
+def test_weights_changed_in_place_are_seen():
+    model = _model("qwen3")
+    step = DecodeStep.for_model(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.1)
+    ref, ours = _logits_both_ways(model, step)
+    assert torch.allclose(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_lora_wrapped_or_sliding_window_models_keep_their_forward():
+    import transformers as tf
+    from peft import LoraConfig, get_peft_model
+
+    lora = get_peft_model(_model("qwen3"), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    assert DecodeStep.for_model(lora) is None
+    assert DecodeStep.for_model(lora.get_base_model()) is None  # its q_proj is a LoRA layer now
+    windowed = tf.AutoModelForCausalLM.from_config(tf.MistralConfig(sliding_window=4, **SMALL))
+    assert DecodeStep.for_model(windowed) is None
+
+
+def test_a_model_that_computes_differently_is_refused_with_one_line(caplog):
+    """A model whose arithmetic the step does not reproduce (here its MLP activation swapped) fails the check
+    against its own forward."""
+    model = _model("qwen3")
+    model.model.layers[0].mlp.act_fn = torch.nn.GELU()
+    with caplog.at_level(logging.WARNING, logger="verifiers_rl.inference.decode_step"):
+        assert DecodeStep.for_model(model) is None
+        assert DecodeStep.for_model(model) is None  # decided once per model
+    assert len(caplog.records) == 1 and "differs from its own forward" in caplog.records[0].getMessage()

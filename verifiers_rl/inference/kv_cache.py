@@ -1,0 +1,65 @@
+"""The local engine's KV cache: full-attention layers preallocated for the whole decode, so that each token
+writes in place, and whose rows can be selected (finished rows dropped, a shared prefill copied).
+
+torch is imported at module level: only the decode loop imports this module."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+
+@functools.cache
+def _reserved_layer_class() -> type:  # defined on first use: transformers' cache module loads with the engine
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        """A full-attention cache layer whose keys and values live in one buffer sized for the whole decode: each
+        token writes in place, where `DynamicLayer` concatenates (a copy of the whole cache per token: quadratic
+        in the length)."""
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity, self.length = capacity, 0
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                shape = (*key_states.shape[:-2], self.capacity, key_states.shape[-1])
+                self._k, self._v = key_states.new_empty(shape), value_states.new_empty(shape)
+            end = self.length + key_states.shape[-2]
+            self._k[..., self.length:end, :] = key_states
+            self._v[..., self.length:end, :] = value_states
+            self.length = end
+            self.keys, self.values = self._k[..., :end, :], self._v[..., :end, :]
+            return self.keys, self.values
+
+        def select_rows(self, idx: torch.Tensor) -> None:
+            """Batch row i becomes row `idx[i]`: finished rows leave the decode batch, a shared prompt's prefill
+            is copied to every row that asked for it."""
+            self._k, self._v = self._k.index_select(0, idx), self._v.index_select(0, idx)
+            self.keys, self.values = self._k[..., :self.length, :], self._v[..., :self.length, :]
+
+    return ReservedLayer
+
+
+def reserved_cache(model: Any, capacity: int) -> Any:
+    """A `DynamicCache` for `model` whose plain full-attention layers are preallocated to `capacity` tokens; None
+    (the model builds its own cache) when the config does not describe its layers up front."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+
+        cache = DynamicCache(config=model.config)
+    except Exception:  # a config the cache cannot read: the model's own default
+        return None
+    if not cache.layers:
+        return None
+    layer = _reserved_layer_class()
+    cache.layers = [layer(capacity) if type(x) is DynamicLayer else x for x in cache.layers]
+    return cache
+
+
+def compactable(cache: Any) -> bool:
+    return cache is not None and all(hasattr(x, "select_rows") for x in cache.layers)
