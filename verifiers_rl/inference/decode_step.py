@@ -95,25 +95,27 @@ class DecodeStep:
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_bias: torch.Tensor, cache: Any) -> torch.Tensor:
         B, H, Hkv, D = len(tokens), self.heads, self.kv_heads, self.head_dim
-        x = self.inner.embed_tokens(tokens)
+        x = F.embedding(tokens, self.inner.embed_tokens.weight)
         cos, sin = self.inner.rotary_emb(x, positions[:, None])  # [B, 1, D], shared by every layer
         cos, sin = cos[:, :, None], sin[:, :, None]
         for refs, layer in zip(self.layers, cache.layers):
             q_p, k_p, v_p, o_p, gate, up, down, n_in, n_post, q_n, k_n, scale = refs
             h = _rms(x, n_in)
-            q, k = q_p(h).view(B, 1, H, D), k_p(h).view(B, 1, Hkv, D)
+            q = F.linear(h, q_p.weight, q_p.bias).view(B, 1, H, D)
+            k = F.linear(h, k_p.weight, k_p.bias).view(B, 1, Hkv, D)
             if q_n is not None:
                 q, k = _rms(q, q_n), _rms(k, k_n)
             q, k = _rope(torch.cat((q, k), dim=2), cos, sin).split((H, Hkv), dim=2)
-            keys, values = layer.update(k.transpose(1, 2), v_p(h).view(B, 1, Hkv, D).transpose(1, 2))
+            v = F.linear(h, v_p.weight, v_p.bias).view(B, 1, Hkv, D)
+            keys, values = layer.update(k.transpose(1, 2), v.transpose(1, 2))
             # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv
             scores = torch.matmul(q.view(B, Hkv, H // Hkv, D), keys.transpose(-1, -2)).float()
             scores = scores * scale + key_bias[:, None, None, : keys.shape[-2]]
             probs = torch.softmax(scores, dim=-1).to(values.dtype)
-            x = x + o_p(torch.matmul(probs, values).reshape(B, H * D))
+            x = x + F.linear(torch.matmul(probs, values).reshape(B, H * D), o_p.weight, o_p.bias)
             h = _rms(x, n_post)
-            x = x + down(F.silu(gate(h)) * up(h))
-        return self.model.lm_head(_rms(x, self.inner.norm))
+            x = x + F.linear(F.silu(F.linear(h, gate.weight)) * F.linear(h, up.weight), down.weight)
+        return F.linear(_rms(x, self.inner.norm), self.model.lm_head.weight, self.model.lm_head.bias)
 
     def _matches_model(self) -> bool:
         """Two rows (one left-padded), three decode steps: this step's logits against the model's forward."""
