@@ -6,7 +6,7 @@
   gloo into the layerwise reload, finish, reset prefix cache, resume; no disk);
 - rollout throughput, tokens/s: N concurrent chat requests of exactly T new tokens with logprobs and token ids,
   as RL rollouts ask for them, on vLLM (base model, and through the LoRA adapter) and on the local engine
-  (in-process HF generate), alternating so a change in machine load hits all alike.
+  (in-process), alternating so a change in machine load hits all alike.
 
     python benchmarks/vllm_sync_and_throughput.py [--model DIR] [--prompts 64] [--tokens 32] [--repeats 3]
         [--sync-repeats 5] [--lora-rank 8]

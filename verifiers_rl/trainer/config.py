@@ -210,7 +210,7 @@ class RLConfig(TrainingArguments):
     # --- Inference ---------------------------------------------------------------------------------------------------
     inference_backend: str = field(
         default="auto",
-        metadata={"help": "'local' (in-process HF generate), 'vllm' (OpenAI-compatible vLLM server), or 'auto' "
+        metadata={"help": "'local' (the in-process local engine), 'vllm' (OpenAI-compatible vLLM server), or 'auto' "
                   "(vllm when a server is configured, else local)."},
     )
     vllm_server_host: str = field(default="127.0.0.1", metadata={"help": "Host of the vLLM server."})
