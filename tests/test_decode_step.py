@@ -115,3 +115,15 @@ def test_a_model_that_computes_differently_is_refused_with_one_line(caplog):
         assert DecodeStep.for_model(model) is None
         assert DecodeStep.for_model(model) is None  # decided once per model
     assert len(caplog.records) == 1 and "differs from its own forward" in caplog.records[0].getMessage()
+
+
+def test_the_verdict_cache_does_not_keep_a_model_alive():
+    import gc
+    import weakref
+
+    model = _model("qwen3")
+    assert DecodeStep.for_model(model) is not None
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None

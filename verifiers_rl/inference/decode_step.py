@@ -61,7 +61,8 @@ class DecodeStep:
 
     def __init__(self, model: Any, inner: Any, layers: list[tuple]):
         cfg = model.config.get_text_config()
-        self.model, self.inner, self.layers = model, inner, layers
+        # submodules only, never the model itself: the verdict cache's values must not keep its keys alive
+        self.inner, self.lm_head, self.layers = inner, model.lm_head, layers
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
@@ -91,7 +92,7 @@ class DecodeStep:
         if not layers or any(x is None for x in layers) or not hasattr(inner, "rotary_emb"):
             return None
         step = DecodeStep(model, inner, layers)
-        return step if step._matches_model() else None
+        return step if step._matches(model) else None
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_bias: torch.Tensor, cache: Any) -> torch.Tensor:
         B, H, Hkv, D = len(tokens), self.heads, self.kv_heads, self.head_dim
@@ -115,20 +116,20 @@ class DecodeStep:
             x = x + F.linear(torch.matmul(probs, values).reshape(B, H * D), o_p.weight, o_p.bias)
             h = _rms(x, n_post)
             x = x + F.linear(F.silu(F.linear(h, gate.weight)) * F.linear(h, up.weight), down.weight)
-        return F.linear(_rms(x, self.inner.norm), self.model.lm_head.weight, self.model.lm_head.bias)
+        return F.linear(_rms(x, self.inner.norm), self.lm_head.weight, self.lm_head.bias)
 
-    def _matches_model(self) -> bool:
+    def _matches(self, model: Any) -> bool:
         """Two rows (one left-padded), three decode steps: this step's logits against the model's forward."""
-        device = next(self.model.parameters()).device
-        vocab = self.model.lm_head.out_features
+        device = next(model.parameters()).device
+        vocab = self.lm_head.out_features
         ids = (torch.arange(10, device=device).view(2, 5) * 7 + 3) % vocab
         att = torch.ones_like(ids)
         att[1, :2] = 0
         pos = (att.cumsum(-1) - 1).clamp(min=0)
-        caches = [reserved_cache(self.model, 8), reserved_cache(self.model, 8)]
+        caches = [reserved_cache(model, 8), reserved_cache(model, 8)]
         if not compactable(caches[0]):
             return False
-        dtype = next(self.model.parameters()).dtype
+        dtype = next(model.parameters()).dtype
         bias = torch.zeros((2, 8), dtype=torch.float32, device=device)
         bias[:, :5] = torch.where(att.bool(), 0.0, torch.finfo(torch.float32).min)
         mask = torch.ones((2, 8), dtype=att.dtype, device=device)
@@ -136,11 +137,11 @@ class DecodeStep:
         worst, scale = 0.0, 1.0
         with torch.inference_mode():
             for c in caches:
-                out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=c, use_cache=True)
+                out = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=c, use_cache=True)
             tok = out.logits[:, -1].argmax(-1)
             for s in range(3):
                 p = att.sum(-1) + s
-                ref = self.model(input_ids=tok[:, None], attention_mask=mask[:, : 6 + s], position_ids=p[:, None],
+                ref = model(input_ids=tok[:, None], attention_mask=mask[:, : 6 + s], position_ids=p[:, None],
                                  past_key_values=caches[0], use_cache=True).logits[:, -1].float()
                 got = self.step(tok, p, bias, caches[1]).float()
                 worst, scale = max(worst, float((ref - got).abs().max())), max(scale, float(ref.abs().max()))
@@ -148,7 +149,7 @@ class DecodeStep:
         tol = 1e-4 if dtype == torch.float32 else 3e-2
         if worst > tol * scale:
             log.warning("decode step: %s differs from its own forward by %.3g; the local engine calls the model's "
-                        "forward per token instead", type(self.model).__name__, worst)
+                        "forward per token instead", type(model).__name__, worst)
             return False
         return True
 

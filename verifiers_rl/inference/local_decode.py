@@ -101,10 +101,11 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
            max_new: int, pad_id: int) -> torch.Tensor:
     """Prompt + generated ids [B, P + n], n <= max_new; `sampler.choose` picks each token, `stopper` ends rows.
 
-    Identical prompts are prefilled once (their KV rows copied). Rows that finished leave the forward batch (their
-    KV rows dropped) once a quarter of the rows still computed are done; the sampler and the stop criteria keep
-    seeing every row (a finished row's logits are zeros and its token the pad), so each row draws the same random
-    numbers as without compaction.
+    Identical prompts, and a prefix common to every prompt, are prefilled once (their KV rows copied); each
+    further token goes through `decode_step` where the model qualifies, else the model's forward. Rows that
+    finished leave the forward batch (their KV rows dropped) once a quarter of the rows still computed are done;
+    the sampler and the stop criteria keep seeing every row (a finished row's logits are zeros and its token the
+    pad), so each row draws the same random numbers as without compaction.
 
     Run under `torch.inference_mode()` with the model in eval mode (the caller's job)."""
     B, P = input_ids.shape
