@@ -38,6 +38,14 @@ def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
+def key_padding_bias(attention: torch.Tensor, width: int) -> torch.Tensor:
+    """The step's `key_bias` [B, width] for a left-padded prompt `attention` [B, P]: 0 for real prompt tokens and
+    for every column after the prompt (the tokens to come), float32 min for padding."""
+    bias = torch.zeros((attention.shape[0], width), dtype=torch.float32, device=attention.device)
+    bias[:, : attention.shape[1]].masked_fill_(attention == 0, torch.finfo(torch.float32).min)
+    return bias
+
+
 def _layer_refs(layer: Any) -> tuple | None:
     a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     names = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -130,8 +138,7 @@ class DecodeStep:
         if not compactable(caches[0]):
             return False
         dtype = next(model.parameters()).dtype
-        bias = torch.zeros((2, 8), dtype=torch.float32, device=device)
-        bias[:, :5] = torch.where(att.bool(), 0.0, torch.finfo(torch.float32).min)
+        bias = key_padding_bias(att, 8)
         mask = torch.ones((2, 8), dtype=att.dtype, device=device)
         mask[:, :5] = att
         worst, scale = 0.0, 1.0

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from verifiers_rl.inference.decode_step import DecodeStep
+from verifiers_rl.inference.decode_step import DecodeStep, key_padding_bias
 from verifiers_rl.inference.kv_cache import compactable, reserved_cache
 
 
@@ -124,8 +124,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     rows = torch.arange(B, device=device)  # the rows in the forward batch, in order
     fast = DecodeStep.for_model(model) if compact else None
     if fast is not None:
-        key_bias = torch.zeros((B, P + max_new), dtype=torch.float32, device=device)
-        key_bias[:, :P].masked_fill_(attention == 0, torch.finfo(torch.float32).min)
+        key_bias = key_padding_bias(attention, P + max_new)
         row_pos, row_bias = next_pos[:, 0], key_bias
     logits = out.logits[:, -1]
     done = None

@@ -250,8 +250,8 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     from verifiers_rl.trainer.prefix_packing import group_rows, pack_shared_prompts
 
     lengths = attention_mask.sum(-1).tolist()
-    rows = sorted(b for g in [g for g in group_rows(input_ids, lengths, list(prompt_lens)) if len(g) > 1][:2]
-                  for b in g[:3])
+    shared = [g for g in group_rows(input_ids, lengths, list(prompt_lens)) if len(g) > 1][:2]
+    rows = sorted(b for g in shared for b in g[:3])
     if not rows:
         return None
     width = max(lengths[b] for b in rows)
