@@ -53,6 +53,19 @@ def test_bad_env_args_are_one_line(tiny_model_dir):
     assert "did you mean 'num_train_examples'" in r.stderr
 
 
+def test_sampling_args_reach_the_engine_and_bad_ones_are_one_line(tiny_model_dir, tmp_path):
+    """-S as verifiers' vf-eval: a JSON object over -t/-T; vLLM's own keys (min_tokens) are honoured."""
+    out = tmp_path / "s.jsonl"
+    r = vf_eval("reverse-text", "-m", tiny_model_dir, "-n", 3, "-r", 2, "-t", 4, "-S", '{"max_tokens": 24, '
+                '"min_tokens": 24}', "--output", out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["completion_tokens"] for row in rows] == [24] * 6  # no early eos, -t overridden
+    r = vf_eval("reverse-text", "-m", tiny_model_dir, "-S", '["min_tokens"]')
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "--sampling-args must be a JSON object" in r.stderr
+
+
 def test_environment_code_failing_to_load_is_one_line(tiny_model_dir, tmp_path):
     """A missing dependency of the environment, and its own load_environment() raising (e.g. a download that
     fails offline), each end in one line naming the environment and what to do."""

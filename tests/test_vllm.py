@@ -455,7 +455,8 @@ def test_chat_completion_returns_token_ids_and_logprobs_through_the_environment(
     env = make_env()
     client = VLLMClient([server.url])
     states = asyncio.run(generate_states(env, env.get_dataset(n=2), client, server.served_model_name,
-                                         {"temperature": TEMPERATURE, "max_tokens": 8}, rollouts_per_example=2))
+                                         {"temperature": TEMPERATURE, "max_tokens": 8, "min_tokens": 1},
+                                         rollouts_per_example=2))  # min_tokens: no empty reply from a random model
     assert len(states) == 4 and all(s["error"] is None for s in states)
     for s in states:
         tokens = s["trajectory"][0]["tokens"]

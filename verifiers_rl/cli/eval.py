@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--api-key-var", default=None, help="environment variable holding the API key")
     p.add_argument("-t", "--max-tokens", type=int, default=None)
     p.add_argument("-T", "--temperature", type=float, default=None)
+    p.add_argument("-S", "--sampling-args", default=None,
+                   help="JSON object of sampling parameters; its keys override -t/-T, e.g. '{\"min_tokens\": 1, "
+                        "\"top_p\": 0.9}' (vLLM's extra parameters are accepted here too)")
     p.add_argument("-c", "--max-concurrent", type=int, default=32)
     p.add_argument("-o", "--output", default=None, help="write one JSON object per rollout to this .jsonl file")
     p.add_argument("--seed", type=int, default=None, help="shuffle the eval split with this seed")
@@ -30,14 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _json_object(text: str, flag: str, example: str) -> dict:
     try:
-        env_args = json.loads(args.env_args)
-        if not isinstance(env_args, dict):
+        value = json.loads(text)
+        if not isinstance(value, dict):
             raise ValueError("not an object")
     except ValueError as e:
-        fail(f"--env-args must be a JSON object, e.g. '{{\"num_train_examples\": 100}}' ({e})")
+        fail(f"{flag} must be a JSON object, e.g. '{example}' ({e})")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    env_args = _json_object(args.env_args, "--env-args", '{"num_train_examples": 100}')
+    extra_sampling = _json_object(args.sampling_args or "{}", "--sampling-args", '{"min_tokens": 1}')
 
     if args.debug:
         take_debug_flag(["--debug"])
@@ -62,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling["max_tokens"] = args.max_tokens
     if args.temperature is not None:
         sampling["temperature"] = args.temperature
+    sampling.update(extra_sampling)
 
     from verifiers_rl.inference.clients import resolve_model
 

@@ -112,11 +112,15 @@ def real_client(client: Any) -> Any:
 
 
 def request_sampling(env: Any, sampling_args: dict | None) -> dict:
-    """The env's sampling args, the run's on top, plus what training needs back: token ids and logprobs."""
+    """The env's sampling args, the run's on top, plus what training needs back: token ids and logprobs. vLLM's
+    own keys (`min_tokens`, `top_k`, ...) go in `extra_body`, where the OpenAI SDK lets them through."""
+    from verifiers_rl.clients.openai_chat_completions_client import EXTRA_BODY_KEYS
+
     out = {**{k: v for k, v in (getattr(env, "sampling_args", None) or {}).items() if k != "n"},
            **(sampling_args or {})}
     out["logprobs"] = True
-    out["extra_body"] = {**(out.get("extra_body") or {}), "return_token_ids": True}
+    extra = {k: out.pop(k) for k in EXTRA_BODY_KEYS if k in out}
+    out["extra_body"] = {**(out.get("extra_body") or {}), **extra, "return_token_ids": True}
     return out
 
 
