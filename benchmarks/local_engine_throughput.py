@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--mixed", action="store_true",
-                    help="mixed lengths: row i wants 8 + (i * 7) % (T - 7) tokens (HF generate runs every row to the "
+                    help="mixed lengths: row i wants 8 + (i * 7) %% (T - 7) tokens (HF generate runs every row to the "
                          "longest; both count only the wanted tokens)")
     ap.add_argument("--no-system", action="store_true",
                     help="no system prompt: the prompts share only the chat header (no common prefix to reuse)")

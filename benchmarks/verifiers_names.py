@@ -11,9 +11,9 @@ whose every name resolves, and the missing names by how many environments use th
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -103,4 +103,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("roots", nargs="+", help="folders of environment folders, e.g. prime-environments/environments")
+    raise SystemExit(main(ap.parse_args().roots))
