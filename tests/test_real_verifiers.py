@@ -92,6 +92,20 @@ def test_turn_split_counts_stitched_and_separate_turns():
     assert (summary["turns/stitched"], summary["turns/separate"]) == (2.0, 2.0)
 
 
+def test_request_sampling_merges_env_and_run_and_sends_vllm_keys_in_extra_body():
+    """What a real env's requests carry: the run's args over the env's, both extra_bodies kept, vLLM's own keys
+    (which the OpenAI SDK's create() would refuse as arguments) moved into extra_body."""
+    from types import SimpleNamespace
+
+    from verifiers_rl.envs.real_runtime import request_sampling
+
+    env = SimpleNamespace(sampling_args={"n": 4, "temperature": 1.0, "top_k": 5, "extra_body": {"min_p": 0.1}})
+    out = request_sampling(env, {"temperature": 0.7, "min_tokens": 1, "extra_body": {"repetition_penalty": 1.1}})
+    assert out == {"temperature": 0.7, "logprobs": True,
+                   "extra_body": {"min_p": 0.1, "repetition_penalty": 1.1, "top_k": 5, "min_tokens": 1,
+                                  "return_token_ids": True}}
+
+
 def test_our_environments_are_not_taken_for_real_ones():
     import verifiers_rl as vf
     from verifiers_rl.envs.real_runtime import is_real_env

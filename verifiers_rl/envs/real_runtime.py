@@ -116,11 +116,12 @@ def request_sampling(env: Any, sampling_args: dict | None) -> dict:
     own keys (`min_tokens`, `top_k`, ...) go in `extra_body`, where the OpenAI SDK lets them through."""
     from verifiers_rl.clients.openai_chat_completions_client import EXTRA_BODY_KEYS
 
-    out = {**{k: v for k, v in (getattr(env, "sampling_args", None) or {}).items() if k != "n"},
-           **(sampling_args or {})}
-    out["logprobs"] = True
-    extra = {k: out.pop(k) for k in EXTRA_BODY_KEYS if k in out}
-    out["extra_body"] = {**(out.get("extra_body") or {}), **extra, "return_token_ids": True}
+    env_args = {k: v for k, v in (getattr(env, "sampling_args", None) or {}).items() if k != "n"}
+    run_args = sampling_args or {}
+    out = {**env_args, **run_args, "logprobs": True}
+    moved = {k: out.pop(k) for k in EXTRA_BODY_KEYS if k in out}
+    out["extra_body"] = {**(env_args.get("extra_body") or {}), **(run_args.get("extra_body") or {}), **moved,
+                         "return_token_ids": True}  # the env's extra_body and the run's, merged
     return out
 
 
