@@ -158,6 +158,8 @@ def test_env_file_paths_are_relative_to_the_config_file(tmp_path):
     ({**BASE, "inference": {"gpus": [0, 0]}}, "inference.gpus: [0, 0] must be distinct"),
     ({**BASE, "trainer": {"gpus": -1}}, "trainer.gpus: -1 must be >= 0"),
     ({**BASE, "eval": {"interval": 0}}, "eval.interval: 0 must be >= 1"),
+    ({**BASE, "warmup": {"completion_format": "{answer}", "max_steps": -1}}, "warmup.max_steps: -1 must be >= 1"),
+    ({**BASE, "env": [{"id": "a", "ratio": 0}]}, "env.0.ratio: 0 must be > 0"),
     ({**BASE, "eval": {"env": [{"id": "a"}, {"id": "a"}]}}, "eval.env: two eval envs are named 'a'"),
 ])
 def test_schema_errors(raw, expected):
@@ -183,6 +185,7 @@ def test_one_entry_env_array_is_the_same_as_env_table():
      "trainer.args.batch_size: batch_size=36 must be a multiple of rollouts_per_example=8"),
     ({"rollouts_per_example": 1}, "trainer.args.rollouts_per_example: rollouts_per_example=1 must be >= 2"),
     ({"micro_batch_size": 0}, "trainer.args.micro_batch_size: micro_batch_size=0 must be a positive integer"),
+    ({"max_steps": -1}, "trainer.args.max_steps: max_steps=-1 must be a positive integer"),
     ({"temperature": 0.0}, "trainer.args.temperature: temperature=0.0 must be > 0"),
     ({"temperature": -1.0}, "trainer.args.temperature: temperature=-1.0 must be > 0"),
     ({"eval_temperature": -0.5}, "trainer.args.eval_temperature: eval_temperature=-0.5 must be >= 0"),

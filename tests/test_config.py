@@ -127,6 +127,8 @@ def test_vllm_server_urls_accepts_a_string(tmp_path):
         (dict(batch_size=36), r"batch_size=36 must be a multiple of rollouts_per_example=8"),
         (dict(rollouts_per_example=1, batch_size=32), r"rollouts_per_example=1 must be >= 2"),
         (dict(micro_batch_size=0), r"micro_batch_size=0 must be a positive integer"),
+        (dict(max_steps=-1), r"max_steps=-1 must be a positive integer: RL runs that many steps"),
+        (dict(learning_rate=-1e-3), r"learning_rate=-0.001 must be >= 0"),
         (dict(temperature=0.0), r"temperature=0.0 must be > 0"),
         (dict(temperature=-1.0), r"temperature=-1.0 must be > 0"),
         (dict(eval_temperature=-0.5), r"eval_temperature"),

@@ -36,9 +36,9 @@ class WarmupSection(Section):
     output_dir: str = Field("outputs/warmup", description="where the warmed-up model goes (reused when finished)")
     model: str | None = Field(None, description="model to warm up; default: [tiny_model].path, else `model`")
     completion_format: str = Field(..., description="assistant reply built from a row's answer, e.g. '<a>{answer}</a>'")
-    max_steps: int = Field(700, description="SFT steps")
-    learning_rate: float = Field(3e-3, description="SFT learning rate")
-    batch_size: int = Field(32, description="SFT batch size")
+    max_steps: int = Field(700, ge=1, description="SFT steps")
+    learning_rate: float = Field(3e-3, ge=0, description="SFT learning rate")
+    batch_size: int = Field(32, ge=1, description="SFT batch size")
     lr_scheduler_type: str = Field("cosine", description="transformers scheduler name")
     num_examples: int = Field(-1, description="training rows to use (-1: all)")
     max_length: int = Field(512, description="max tokens per SFT sample")
@@ -205,6 +205,10 @@ def _close(name: str, candidates: list[str]) -> str | None:
     return m[0] if m else None
 
 
+_BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
+           "less_than_equal": ("<=", "le")}
+
+
 def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: str = "") -> str:
     """The first error of a pydantic ValidationError as one line: `key.path: what is wrong (and the fix)`."""
     errors = err.errors()
@@ -225,6 +229,9 @@ def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: s
     if typ == "literal_error":
         expected = describe_type(ann) if ann is not None else e["msg"]
         return f"{key}: {value!r} is not {expected}"
+    if typ in _BOUNDS:  # Field(ge=..., gt=...): the value has the right type, the wrong size
+        op, bound = _BOUNDS[typ]
+        return f"{key}: {value!r} must be {op} {e.get('ctx', {}).get(bound)}"
     if typ in ("value_error", "assertion_error"):
         msg = e["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         return f"{key}: {msg}" if key else msg

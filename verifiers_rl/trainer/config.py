@@ -306,6 +306,11 @@ class RLConfig(TrainingArguments):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 _fail(f"{name}={value!r} must be a positive integer")
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
+            _fail(f"max_steps={self.max_steps!r} must be a positive integer: RL runs that many steps, cycling "
+                  "through the dataset (transformers' -1, num_train_epochs instead, does not apply)")
+        if not self.learning_rate >= 0:
+            _fail(f"learning_rate={self.learning_rate} must be >= 0")
         if self.rollouts_per_example < 2:
             _fail(
                 f"rollouts_per_example={self.rollouts_per_example} must be >= 2: advantages are reward minus the group "
