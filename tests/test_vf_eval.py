@@ -66,6 +66,14 @@ def test_sampling_args_reach_the_engine_and_bad_ones_are_one_line(tiny_model_dir
     assert "--sampling-args must be a JSON object" in r.stderr
 
 
+@pytest.mark.parametrize("flags, line", [(["-r", 0], "-r/--rollouts-per-example must be >= 1 (got 0)"),
+                                         (["-t", 0], "-t/--max-tokens must be >= 1 (got 0)"),
+                                         (["-T", -1], "-T/--temperature must be >= 0 (got -1.0)")])
+def test_out_of_range_flags_are_one_line_before_loading_anything(flags, line):
+    r = vf_eval("reverse-text", "-m", "/no/such/model", *flags)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {line}", r.stderr[-2000:]
+
+
 def test_environment_code_failing_to_load_is_one_line(tiny_model_dir, tmp_path):
     """A missing dependency of the environment, and its own load_environment() raising (e.g. a download that
     fails offline), each end in one line naming the environment and what to do."""

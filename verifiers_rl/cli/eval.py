@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-S", "--sampling-args", default=None,
                    help="JSON object of sampling parameters; its keys override -t/-T, e.g. '{\"min_tokens\": 1, "
                         "\"top_p\": 0.9}' (vLLM's extra parameters are accepted here too)")
-    p.add_argument("-c", "--max-concurrent", type=int, default=32)
+    p.add_argument("-c", "--max-concurrent", type=int, default=32, help="rollouts in flight (-1: no limit)")
     p.add_argument("-o", "--output", default=None, help="write one JSON object per rollout to this .jsonl file")
     p.add_argument("--seed", type=int, default=None, help="shuffle the eval split with this seed")
     p.add_argument("--debug", action="store_true", help="print the traceback of a failure (also: VF_DEBUG=1)")
@@ -43,8 +43,16 @@ def _json_object(text: str, flag: str, example: str) -> dict:
     return value
 
 
+def _check_ranges(args: argparse.Namespace) -> None:
+    for flag, value, low in (("-r/--rollouts-per-example", args.rollouts_per_example, 1),
+                             ("-t/--max-tokens", args.max_tokens, 1), ("-T/--temperature", args.temperature, 0)):
+        if value is not None and value < low:
+            fail(f"{flag} must be >= {low} (got {value})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _check_ranges(args)
     env_args = _json_object(args.env_args, "--env-args", '{"num_train_examples": 100}')
     extra_sampling = _json_object(args.sampling_args or "{}", "--sampling-args", '{"min_tokens": 1}')
 
