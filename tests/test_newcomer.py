@@ -268,6 +268,25 @@ def test_vf_rl_hub_model_and_silent_server(tmp_path, silent_server):
                            "did not answer within 10 s")
 
 
+def test_a_model_path_that_does_not_exist_is_one_line(tmp_path):
+    """A path, not a hub id: named as a missing directory (transformers would call it an invalid repo id)."""
+    from verifiers_rl.errors import ModelNotFoundError
+    from verifiers_rl.network import check_model_path
+
+    for name in ("/no/such/model", "./no-model", "../no-model", "~/no-model", "outputs/no/model"):
+        with pytest.raises(ModelNotFoundError, match="no such directory"):
+            check_model_path(name)
+    for name in ("gpt2", "Qwen/Qwen3-0.6B", str(tmp_path)):  # hub ids and an existing dir pass untouched
+        check_model_path(name)
+    missing = str(tmp_path / "no" / "model")
+    expected = f"error: model {missing!r}: no such directory (a hub id is 'name' or 'owner/name')"
+    r, _ = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "offline"}', "-m", missing, "-n", "1")
+    assert _one_error_line(r) == expected
+    r, _ = _cli(tmp_path, "vf-rl", "@", str(QUICKSTART), "--no-tiny-model", "--no-warmup", "--no-eval",
+                "--output-dir", str(tmp_path / "rl"), "--trainer.args.max-steps", "2", "--model", missing)
+    assert _one_error_line(r) == expected
+
+
 # --- the console --------------------------------------------------------------------------------------------------
 
 _NOISE = ("Warning", "warnings.warn", "Traceback", "Loading weights", "Writing model shards", "{'loss'",

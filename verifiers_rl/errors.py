@@ -76,3 +76,7 @@ class ConfigError(ValueError):
 class NetworkError(RuntimeError):
     """The model hub or a server could not be reached; the message names what and what to do instead (a local path,
     HF_HUB_OFFLINE=1, dataset_source=offline). Ends a vf-rl / vf-eval / vf-sft run with that one line."""
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model named by a path that does not exist (not a hub id): one line, before any download is tried."""

@@ -53,12 +53,12 @@ def worker_main(config_path: str) -> int:
         return 2
     from verifiers_rl.envs.loading import EnvironmentLoadError
     from verifiers_rl.verbosity import debug
-    from verifiers_rl.errors import ModelServerError, NetworkError, TrainingStalledError
+    from verifiers_rl.errors import ModelNotFoundError, ModelServerError, NetworkError, TrainingStalledError
 
     try:
         # several training processes: rank 0 speaks for all (errors still reach stderr from every rank)
         run(resolved.cfg, resolved.rl_kwargs, Console(quiet=os.environ.get("RANK", "0") != "0"), plan)
-    except (ModelServerError, EnvironmentLoadError, TrainingStalledError, NetworkError) as e:
+    except (ModelServerError, EnvironmentLoadError, TrainingStalledError, NetworkError, ModelNotFoundError) as e:
         if debug():  # vf-rl --debug / VF_DEBUG=1
             import traceback
 

@@ -125,6 +125,18 @@ def hub_failures_as(message: Callable[[], str]) -> Iterator[None]:
         raise
 
 
+def check_model_path(name: str) -> None:
+    """Raise ModelNotFoundError when `name` is a path (absolute, ./, ../, ~, or more than one '/') that does not
+    exist: transformers would take it for a hub id and call it an invalid one."""
+    from pathlib import Path
+
+    from verifiers_rl.errors import ModelNotFoundError
+
+    path = Path(name).expanduser()
+    if not path.exists() and (path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1):
+        raise ModelNotFoundError(f"model {name!r}: no such directory (a hub id is 'name' or 'owner/name')")
+
+
 def model_hub_message(model: str) -> str:
     return (f"model {model!r}: not a local dir and not in the Hugging Face cache, and {hub_state()}; pass a local "
             "model dir (vf-tiny-model DIR builds an offline one), or download it where the hub is reachable "

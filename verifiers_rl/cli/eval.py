@@ -91,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             fail(network.model_hub_message(args.model), code=1)
         if not isinstance(e, OSError):
             raise
-        fail(f"could not load model {args.model!r}: {str(e).splitlines()[0]}")
+        from verifiers_rl.errors import ModelNotFoundError
+
+        fail(str(e) if isinstance(e, ModelNotFoundError) else
+             f"could not load model {args.model!r}: {str(e).splitlines()[0]}")
     if engine is None:  # a server: one request with a deadline before the rollouts, not a hang per rollout
         problem = network.check_server(str(client.base_url))
         if problem:

@@ -121,6 +121,9 @@ class LocalEngine:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from verifiers_rl.network import check_model_path
+
+        check_model_path(str(path_or_id))
         kw = dict(model_kwargs or {})
         if dtype is not None:
             kw["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype

@@ -45,10 +45,11 @@ def hub_kwargs(name: str) -> dict[str, Any]:
 
 def from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     """`cls.from_pretrained(name)`; a model the hub was needed for and couldn't give is one NetworkError line."""
-    from verifiers_rl.network import hub_failures_as, model_hub_message
+    from verifiers_rl.network import check_model_path, hub_failures_as, model_hub_message
 
     from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
 
+    check_model_path(name)
     token = quiet_bars_begin()  # no "Loading weights" bar unless VF_VERBOSE=1
     try:
         with hub_failures_as(lambda: model_hub_message(name)):
