@@ -186,6 +186,8 @@ def test_one_entry_env_array_is_the_same_as_env_table():
     ({"rollouts_per_example": 1}, "trainer.args.rollouts_per_example: rollouts_per_example=1 must be >= 2"),
     ({"micro_batch_size": 0}, "trainer.args.micro_batch_size: micro_batch_size=0 must be a positive integer"),
     ({"max_steps": -1}, "trainer.args.max_steps: max_steps=-1 must be a positive integer"),
+    ({"use_lora": True, "lora_dropout": 1.0}, "trainer.args.lora_dropout: lora_dropout=1.0 must be in [0, 1)"),
+    ({"beta": -1.0}, "trainer.args.beta: beta=-1.0 must be >= 0"),
     ({"temperature": 0.0}, "trainer.args.temperature: temperature=0.0 must be > 0"),
     ({"temperature": -1.0}, "trainer.args.temperature: temperature=-1.0 must be > 0"),
     ({"eval_temperature": -0.5}, "trainer.args.eval_temperature: eval_temperature=-0.5 must be >= 0"),

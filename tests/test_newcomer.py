@@ -287,6 +287,17 @@ def test_a_model_path_that_does_not_exist_is_one_line(tmp_path):
     assert _one_error_line(r) == expected
 
 
+def test_vf_rl_environment_code_raising_in_load_environment_is_one_line(tmp_path, tiny_model_dir):
+    (tmp_path / "environments" / "breaks").mkdir(parents=True)
+    (tmp_path / "environments" / "breaks" / "breaks.py").write_text(
+        "def load_environment(n=3, **kw):\n    return sorted([n, 1])\n")  # a str n: TypeError in its own code
+    r, _ = _cli(tmp_path, "vf-rl", "@", str(QUICKSTART), "--no-tiny-model", "--no-warmup", "--no-eval", "--env.id",
+                "breaks", "--env.args", '{"n": "x"}', "--model", str(tiny_model_dir), "--output-dir",
+                str(tmp_path / "rl"), "--trainer.args.max-steps", "1", hub_down=False)
+    assert _one_error_line(r) == ("error: environment 'breaks': load_environment() failed: TypeError: '<' not "
+                                  "supported between instances of 'int' and 'str'")
+
+
 # --- the console --------------------------------------------------------------------------------------------------
 
 _NOISE = ("Warning", "warnings.warn", "Traceback", "Loading weights", "Writing model shards", "{'loss'",

@@ -52,14 +52,24 @@ def _tiny_model(cfg: RunConfig, console: Any) -> str | None:
 
 
 def _hub_aware_loader() -> Any:
-    """load_environment, with a dataset the hub could not give turned into one NetworkError line."""
+    """load_environment, with a dataset the hub could not give turned into one NetworkError line, and the
+    environment's own load_environment() raising into one EnvironmentLoadError line (as vf-eval says it)."""
     from verifiers_rl import network
-    from verifiers_rl.envs.loading import load_environment
+    from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound,
+                                           first_line, load_environment)
 
     def load(env_id: str, **env_args: Any) -> Any:
         with network.hub_failures_as(lambda: network.dataset_hub_message(env_id,
                                                                           network.takes_dataset_source(env_id))):
-            return load_environment(env_id, **env_args)
+            try:
+                return load_environment(env_id, **env_args)
+            except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError):
+                raise
+            except Exception as e:
+                if network.is_hub_failure(e):
+                    raise
+                raise EnvironmentLoadError(f"environment {env_id!r}: load_environment() failed: "
+                                           f"{first_line(e)}") from e
 
     return load
 

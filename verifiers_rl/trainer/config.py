@@ -347,6 +347,11 @@ class RLConfig(TrainingArguments):
             for name in _LORA_OPTIONS:
                 if getattr(self, name) != _default_of(RLConfig.__dataclass_fields__[name]):
                     _fail(f"{name} is set but use_lora=False; set use_lora=True or remove {name}")
+        for name, ok, rule in (("lora_rank", isinstance(self.lora_rank, int) and self.lora_rank >= 1, ">= 1"),
+                               ("lora_alpha", self.lora_alpha > 0, "> 0"),
+                               ("lora_dropout", 0 <= self.lora_dropout < 1, "in [0, 1)")):
+            if self.use_lora and not ok:
+                _fail(f"{name}={getattr(self, name)!r} must be {rule}")
         targets = self.lora_target_modules
         if not (isinstance(targets, str) or (isinstance(targets, list) and all(isinstance(m, str) for m in targets))):
             _fail(f"lora_target_modules={self.lora_target_modules!r} must be a list of module names or 'all-linear'")
@@ -394,6 +399,8 @@ class RLConfig(TrainingArguments):
                 f"mask_ratio_low={self.mask_ratio_low} and mask_ratio_high={self.mask_ratio_high} must satisfy "
                 f"0 <= low < 1 < high (defaults {LossConfig.mask_ratio_low} and {LossConfig.mask_ratio_high})"
             )
+        if not self.beta >= 0:
+            _fail(f"beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
         if self.gradient_accumulation_steps != 1:
             _fail(
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} must be 1: RLTrainer accumulates "
