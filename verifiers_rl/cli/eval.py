@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--api-key-var", default=None, help="environment variable holding the API key")
     p.add_argument("-t", "--max-tokens", type=int, default=None)
     p.add_argument("-T", "--temperature", type=float, default=None)
-    p.add_argument("-S", "--sampling-args", default=None,
+    p.add_argument("-S", "--sampling-args", default="{}",
                    help="JSON object of sampling parameters; its keys override -t/-T, e.g. '{\"min_tokens\": 1, "
                         "\"top_p\": 0.9}' (vLLM's extra parameters are accepted here too)")
     p.add_argument("-c", "--max-concurrent", type=int, default=32, help="rollouts in flight (-1: no limit)")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _check_ranges(args)
     env_args = _json_object(args.env_args, "--env-args", '{"num_train_examples": 100}')
-    extra_sampling = _json_object(args.sampling_args or "{}", "--sampling-args", '{"min_tokens": 1}')
+    extra_sampling = _json_object(args.sampling_args, "--sampling-args", '{"min_tokens": 1}')
 
     if args.debug:
         take_debug_flag(["--debug"])
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from verifiers_rl import network
     from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound,
-                                           first_line, load_environment)
+                                           load_environment, load_failure)
 
     console = Console(stderr=True)
     try:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the environment's own load_environment() (e.g. a download failing offline)
         if network.is_hub_failure(e):
             fail(network.dataset_hub_message(args.env_id, network.takes_dataset_source(args.env_id)), code=1)
-        fail(f"environment {args.env_id!r}: load_environment() failed: {first_line(e)}")
+        fail(load_failure(args.env_id, e))
     sampling: dict = {}
     if args.max_tokens is not None:
         sampling["max_tokens"] = args.max_tokens

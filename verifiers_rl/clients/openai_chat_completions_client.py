@@ -27,6 +27,15 @@ _CONTEXT_PHRASES = ("maximum context length", "longer than the model's context l
                     "exceeds the configured limit", "exceeded model", "prompt_too_long", "context length")
 
 
+def pop_extra_body(args: dict[str, Any]) -> dict[str, Any]:
+    """Take `extra_body` and vLLM's own keys (EXTRA_BODY_KEYS) out of request `args`: the merged extra body."""
+    extra_body = dict(args.pop("extra_body", None) or {})
+    for key in EXTRA_BODY_KEYS:
+        if key in args:
+            extra_body[key] = args.pop(key)
+    return extra_body
+
+
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     if isinstance(obj, dict):
         return obj.get(key, default)
@@ -89,10 +98,7 @@ class OpenAIChatCompletionsClient(Client):
 
     def _request_args(self, sampling_args: SamplingArgs) -> dict[str, Any]:
         args = {k: v for k, v in dict(sampling_args or {}).items() if v is not None}
-        extra_body = dict(args.pop("extra_body", None) or {})
-        for key in EXTRA_BODY_KEYS:
-            if key in args:
-                extra_body[key] = args.pop(key)
+        extra_body = pop_extra_body(args)
         args.pop("n", None)  # one choice per request: rollouts are separate requests
         if self.want_tokens:
             extra_body["return_token_ids"] = True

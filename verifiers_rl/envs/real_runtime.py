@@ -114,14 +114,12 @@ def real_client(client: Any) -> Any:
 def request_sampling(env: Any, sampling_args: dict | None) -> dict:
     """The env's sampling args, the run's on top, plus what training needs back: token ids and logprobs. vLLM's
     own keys (`min_tokens`, `top_k`, ...) go in `extra_body`, where the OpenAI SDK lets them through."""
-    from verifiers_rl.clients.openai_chat_completions_client import EXTRA_BODY_KEYS
+    from verifiers_rl.clients.openai_chat_completions_client import pop_extra_body
 
     env_args = {k: v for k, v in (getattr(env, "sampling_args", None) or {}).items() if k != "n"}
-    run_args = sampling_args or {}
-    out = {**env_args, **run_args, "logprobs": True}
-    moved = {k: out.pop(k) for k in EXTRA_BODY_KEYS if k in out}
-    out["extra_body"] = {**(env_args.get("extra_body") or {}), **(run_args.get("extra_body") or {}), **moved,
-                         "return_token_ids": True}  # the env's extra_body and the run's, merged
+    out = {**env_args, **(sampling_args or {}), "logprobs": True}
+    # the env's extra_body under the run's (which replaced it in `out`)
+    out["extra_body"] = {**(env_args.get("extra_body") or {}), **pop_extra_body(out), "return_token_ids": True}
     return out
 
 

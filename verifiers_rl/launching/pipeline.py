@@ -56,9 +56,10 @@ def _hub_aware_loader() -> Any:
     environment's own load_environment() raising into one EnvironmentLoadError line (as vf-eval says it)."""
     from verifiers_rl import network
     from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound,
-                                           first_line, load_environment)
+                                           load_environment, load_failure)
 
     def load(env_id: str, **env_args: Any) -> Any:
+        # a hub failure wrapped below is still one: hub_failures_as reads the cause chain
         with network.hub_failures_as(lambda: network.dataset_hub_message(env_id,
                                                                           network.takes_dataset_source(env_id))):
             try:
@@ -66,10 +67,7 @@ def _hub_aware_loader() -> Any:
             except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError):
                 raise
             except Exception as e:
-                if network.is_hub_failure(e):
-                    raise
-                raise EnvironmentLoadError(f"environment {env_id!r}: load_environment() failed: "
-                                           f"{first_line(e)}") from e
+                raise EnvironmentLoadError(load_failure(env_id, e)) from e
 
     return load
 
