@@ -63,7 +63,7 @@ def test_without_the_extra_nothing_imports_verifiers(tiny_model_dir):
         assert not is_real_env(env)
         eng = LocalEngine.from_pretrained({str(tiny_model_dir)!r})
         states = asyncio.run(generate_states(env, env.get_dataset().select(range(1)), eng.client, "m",
-                                             {{"max_tokens": 4}}))
+                                             {{"max_tokens": 4, "min_tokens": 1}}))  # see _vf_eval
         real = [n for n, m in sys.modules.items() if n.split(".")[0] == "verifiers"
                 and not getattr(m, "__name__", "").startswith("verifiers_rl")]
         print("turns", len(states[0]["trajectory"]), "real modules", real)
