@@ -137,8 +137,9 @@ def _install_wheel(tmp: Path, env: dict) -> Path:
     # the lock's versions, exactly: what `uv sync --frozen` installs in the clone
     _run([uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "--quiet", "-o", reqs], REPO, env)
     _run([uv, "venv", "--quiet", "--python", sys.executable, venv], tmp, {**env, "UV_OFFLINE": "1"})
-    how = _uv_offline_first([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), "-r",
-                             str(reqs), str(wheel)], tmp, env)
+    # --compile-bytecode: what `pip install` does by default (uv pip does not)
+    how = _uv_offline_first([uv, "pip", "install", "--quiet", "--compile-bytecode", "--python",
+                             str(venv / "bin" / "python"), "-r", str(reqs), str(wheel)], tmp, env)
     print(f"wheel {wheel.name} installed {how}")
     return venv / "bin"
 
