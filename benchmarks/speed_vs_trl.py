@@ -9,12 +9,14 @@ steps, fp32 on CPU, no checkpoints and logging every step on both sides, RLTrain
 - `digits`: a second full fine-tuning workload: prompts of 60-110 tokens (`digits_env`), 64 rollouts = 4 x 16,
   16 new tokens, lr 2e-3;
 - `lora`: reverse-text (offline), LoRA r=8 on the projections, 64 rollouts = 8 x 8, 48 new tokens, lr 2e-4
-  (`--model` a warm-started model, default the tiny model).
+  (`--model` a warm-started model, default the tiny model);
+- `wide`: a wider, deeper random model (6 layers x 256, 8 heads) and a small batch, full fine-tuning: 16 rollouts =
+  4 x 4, 48 new tokens (mostly cut at max_tokens), lr 1e-3, reward = share of the letters of "etaoin shrdlu".
 
 Prints per pair the two times and their ratio, then the median ratio and the train reward of the last
 `--tail` steps on each side (mean over pairs +- s.e.).
 
-    python benchmarks/speed_vs_trl.py [--workload short|digits|lora|both|all] [--pairs 5] [--steps 12]
+    python benchmarks/speed_vs_trl.py [--workload short|digits|lora|wide|both|all] [--pairs 5] [--steps 12]
                                       [--model DIR] [--threads N]
 """
 
@@ -33,7 +35,9 @@ WORKLOADS = {
     "short": dict(full=True, batch_size=32, group=8, max_tokens=24, lr=3e-3),
     "digits": dict(full=True, batch_size=64, group=16, max_tokens=16, lr=2e-3),
     "lora": dict(full=False, batch_size=64, group=8, max_tokens=48, lr=2e-4),
+    "wide": dict(full=True, batch_size=16, group=4, max_tokens=48, lr=1e-3),
 }
+WIDE_MODEL = dict(num_layers=6, hidden_size=256, num_heads=8, num_kv_heads=4, intermediate_size=768)
 
 
 def letters_env(chars: str = "abcdefghijklmnopqrstuvwxyz", rows: list[str] | None = None):
@@ -158,8 +162,8 @@ def bench(name: str, model_dir: str, env, a) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="both", choices=["short", "digits", "lora", "both", "all"],
-                   help="both: short and lora; all: the three")
+    p.add_argument("--workload", default="both", choices=["short", "digits", "lora", "wide", "both", "all"],
+                   help="both: short and lora; all: short, digits and lora")
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--tail", type=int, default=3, help="train reward averaged over the last N steps")
@@ -181,12 +185,19 @@ def main() -> None:
     from verifiers_rl.models.tiny import build_tiny_model
 
     envs = {"short": letters_env(), "digits": digits_env(),
-            "lora": load_environment("reverse-text", dataset_source="offline", num_eval_examples=16)}
+            "lora": load_environment("reverse-text", dataset_source="offline", num_eval_examples=16),
+            "wide": letters_env("etaoin shrdlu", [f"Tell me about item number {i} in a few words, please."
+                                                  for i in range(512)])}
     names = {"both": ["short", "lora"], "all": ["short", "digits", "lora"]}.get(a.workload, [a.workload])
     with tempfile.TemporaryDirectory() as tmp:
         tiny = str(build_tiny_model(f"{tmp}/tiny"))
         for name in names:
-            bench(name, a.model if (name == "lora" and a.model) else tiny, envs[name], a)
+            model = tiny
+            if name == "lora" and a.model:
+                model = a.model
+            elif name == "wide":
+                model = str(build_tiny_model(f"{tmp}/wide", **WIDE_MODEL))
+            bench(name, model, envs[name], a)
 
 
 if __name__ == "__main__":
