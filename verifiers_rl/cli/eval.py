@@ -62,18 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from verifiers_rl import network
-    from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound,
-                                           load_environment, load_failure)
+    from verifiers_rl.envs.loading import EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound
+    from verifiers_rl.errors import NetworkError
 
     console = Console(stderr=True)
     try:
-        env = load_environment(args.env_id, **env_args)
+        env = network.load_environment_or_one_line(args.env_id, **env_args)
+    except NetworkError as e:  # a dataset the hub could not give
+        fail(str(e), code=1)
     except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError) as e:
         fail(str(e))
-    except Exception as e:  # the environment's own load_environment() (e.g. a download failing offline)
-        if network.is_hub_failure(e):
-            fail(network.dataset_hub_message(args.env_id, network.takes_dataset_source(args.env_id)), code=1)
-        fail(load_failure(args.env_id, e))
     sampling: dict = {}
     if args.max_tokens is not None:
         sampling["max_tokens"] = args.max_tokens

@@ -42,11 +42,6 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
 
 
-def load_failure(env_id: str, e: BaseException) -> str:
-    """The one line for an environment whose own load_environment() raised (vf-eval and vf-rl say it alike)."""
-    return f"environment {env_id!r}: load_environment() failed: {first_line(e)}"
-
-
 @dataclass
 class EnvSource:
     kind: str                 # "installed", "folder" or "example"

@@ -51,27 +51,6 @@ def _tiny_model(cfg: RunConfig, console: Any) -> str | None:
     return model
 
 
-def _hub_aware_loader() -> Any:
-    """load_environment, with a dataset the hub could not give turned into one NetworkError line, and the
-    environment's own load_environment() raising into one EnvironmentLoadError line (as vf-eval says it)."""
-    from verifiers_rl import network
-    from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound,
-                                           load_environment, load_failure)
-
-    def load(env_id: str, **env_args: Any) -> Any:
-        # a hub failure wrapped below is still one: hub_failures_as reads the cause chain
-        with network.hub_failures_as(lambda: network.dataset_hub_message(env_id,
-                                                                          network.takes_dataset_source(env_id))):
-            try:
-                return load_environment(env_id, **env_args)
-            except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError):
-                raise
-            except Exception as e:
-                raise EnvironmentLoadError(load_failure(env_id, e)) from e
-
-    return load
-
-
 def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any]]:
     """(the environment to train on, the [[env]] environments it is made of)."""
     sub_envs = []
@@ -223,7 +202,9 @@ def prepare_main() -> int:
     cfg = RunConfig.model_validate_json(sys.stdin.read())
     console = Console()
     model = _tiny_model(cfg, console)
-    env, _ = _training_envs(cfg, _hub_aware_loader())
+    from verifiers_rl.network import load_environment_or_one_line
+
+    env, _ = _training_envs(cfg, load_environment_or_one_line)
     _warmup(cfg, env, model, console)
     return 0
 
@@ -235,7 +216,7 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     from verifiers_rl.verbosity import quiet_library_bars
 
     quiet_library_bars()
-    load_environment = _hub_aware_loader()
+    from verifiers_rl.network import load_environment_or_one_line as load_environment
     t_start = time.perf_counter()
     from verifiers_rl.launching.ranks import prepare_once
 
