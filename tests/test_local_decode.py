@@ -79,7 +79,7 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, 
     assert (step is not None) == own_step
     monkeypatch.setattr(decode_step.DecodeStep, "for_model", staticmethod(lambda m: step))
     calls = []
-    forward, own = model.forward, decode_step.DecodeStep.step
+    forward, own, own_prefill = model.forward, decode_step.DecodeStep.step, decode_step.DecodeStep.prefill
 
     def counting_forward(*a, **kw):
         calls.append(kw["input_ids"].shape[0])
@@ -89,10 +89,15 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, 
         calls.append(len(tokens))
         return own(self, tokens, *a)
 
+    def counting_prefill(self, input_ids, *a):
+        calls.append(len(input_ids))
+        return own_prefill(self, input_ids, *a)
+
     def run(compact: bool):
         monkeypatch.setattr(local_decode, "compactable", lambda cache: compact and cache is not None)
         monkeypatch.setattr(model, "forward", counting_forward)
         monkeypatch.setattr(decode_step.DecodeStep, "step", counting_step)
+        monkeypatch.setattr(decode_step.DecodeStep, "prefill", counting_prefill)
         calls.clear()
         sampler = Sampler(attention, temperature=1.0, segments=row_generators([("r", 7, 0)] * B))
         stopper = StopCriteria(None, P, eos_ids=[], max_new=max_new, min_tokens=[0] * B, ignore_eos=[True] * B,
@@ -121,12 +126,14 @@ def _left_padded(rows: list[torch.Tensor], pad: int = 0) -> tuple[torch.Tensor, 
     return ids, attention
 
 
-def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("own_step", [False, True], ids=["model-forward", "padding-free-prefill"])
+def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkeypatch, own_step):
     """Prompts sharing a 30-token prefix (two of them identical): the prefix runs once, then only the columns after
-    it; the logits and every real position's keys and values match a plain forward over all rows."""
+    it (through the model's forward, or the engine's own prefill over the real tokens only); the logits and every
+    real position's keys and values match a plain forward over all rows."""
     from transformers import AutoModelForCausalLM
 
-    from verifiers_rl.inference import local_decode
+    from verifiers_rl.inference import decode_step, local_decode
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     g = torch.Generator().manual_seed(0)
@@ -143,15 +150,24 @@ def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkey
         shapes.append(tuple(kw["input_ids"].shape))
         return forward(*a, **kw)
 
+    step = decode_step.DecodeStep.for_model(model) if own_step else None
+    assert (step is not None) == own_step
+    own_prefill = decode_step.DecodeStep.prefill
+
+    def recording_prefill(self, input_ids, *a):
+        shapes.append(tuple(input_ids.shape))
+        return own_prefill(self, input_ids, *a)
+
     monkeypatch.setattr(model, "forward", recording_forward)
+    monkeypatch.setattr(decode_step.DecodeStep, "prefill", recording_prefill)
     with torch.inference_mode():
         ours = reserved_cache(model, ids.shape[1] + 4)
-        out = local_decode._prefill(model, ids, attention, positions, ours, True, {"logits_to_keep": 1})
+        logits, _ = local_decode._prefill(model, ids, attention, positions, ours, True, {"logits_to_keep": 1}, step)
         theirs = reserved_cache(model, ids.shape[1] + 4)
         ref = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     past_key_values=theirs)
     assert shapes[:2] == [(1, 30), (4, 20)]  # the prefix once, then four distinct prompts' last 20 columns
-    assert torch.allclose(out.logits[:, -1], ref.logits[:, -1], atol=1e-5)
+    assert torch.allclose(logits, ref.logits[:, -1], atol=1e-5)
     real = attention.bool()
     for a, b in zip(ours.layers, theirs.layers):
         for x, y in ((a.keys, b.keys), (a.values, b.values)):

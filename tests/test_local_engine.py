@@ -210,26 +210,26 @@ def test_model_generation_config_defaults_do_not_leak(tiny_model_dir, capfd):
 @pytest.mark.parametrize("in_loop_thread", [True, False])
 def test_concurrent_requests_are_batched(engine, in_loop_thread, monkeypatch):
     # decoding on the event loop's thread (default) or in a worker thread: the same batching and results
+    from verifiers_rl.inference import local_decode
+
     monkeypatch.setattr(engine, "decode_in_loop_thread", in_loop_thread)
     calls = []
+    decode = local_decode.decode
 
-    def count_prefills(module, args, kwargs):
-        if kwargs["input_ids"].shape[1] > 1:  # the prompt forward (decode steps feed one token per row)
-            calls.append(kwargs["input_ids"].shape[0])
+    def counting_decode(model, input_ids, *a, **kw):
+        calls.append(input_ids.shape[0])
+        return decode(model, input_ids, *a, **kw)
 
-    hook = engine.model.register_forward_pre_hook(count_prefills, with_kwargs=True)
-    try:
-        prompts = [[{"role": "user", "content": f"request {i}: " + "x" * i}] for i in range(16)]
+    monkeypatch.setattr(local_decode, "decode", counting_decode)
+    prompts = [[{"role": "user", "content": f"request {i}: " + "x" * i}] for i in range(16)]
 
-        async def main():
-            return await asyncio.gather(
-                *[create(engine, messages=m, temperature=0.7, max_tokens=16, logprobs=True) for m in prompts]
-            )
+    async def main():
+        return await asyncio.gather(
+            *[create(engine, messages=m, temperature=0.7, max_tokens=16, logprobs=True) for m in prompts]
+        )
 
-        results = run(main())
-    finally:
-        hook.remove()
-    assert len(calls) == 1 and calls[0] == 16
+    results = run(main())
+    assert calls == [16]
     for m, r in zip(prompts, results):
         # each caller gets the completion of its own prompt (left padding doesn't leak across rows)
         assert r.prompt_token_ids == prompt_ids_for(engine, m)

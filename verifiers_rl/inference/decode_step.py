@@ -1,11 +1,12 @@
-"""A one-token forward for plain Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), used by the decode loop.
+"""A one-token forward (and a padding-free prefill) for plain Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), used by the decode loop.
 
 HF's forward pays, per token, for building a 4D mask, a module call per sub-layer, and a general attention
 dispatch; at the sizes the local engine serves, that overhead costs more than the matmuls. This step runs the
 same arithmetic from the model's own modules and weights (read at every call, so a weight sync or an optimizer
 step is seen), with one additive key-padding row per sequence instead of a mask, one rotary lookup shared by all
-layers, and attention as two batched matmuls over the grouped query heads. Keys and values go into the same
-cache layers HF's prefill filled, through their `update`.
+layers, and attention as two batched matmuls over the grouped query heads. Its `prefill` does the prompt's
+columns the same way, the projections and MLPs over the real tokens only (a left-padded batch of mixed lengths is
+mostly padding on the left). Keys and values go into the cache's layers through their `update`.
 
 `DecodeStep.for_model` returns None for anything else (another architecture, LoRA-wrapped layers, sliding
 windows, biases in the MLP, a model on meta weights); then the loop keeps calling the model. A model is accepted
@@ -105,29 +106,82 @@ class DecodeStep:
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_bias: torch.Tensor, cache: Any) -> torch.Tensor:
         B, H, Hkv, D = len(tokens), self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens, self.inner.embed_tokens.weight)
-        cos, sin = self.inner.rotary_emb(x, positions[:, None])  # [B, 1, D], shared by every layer
-        cos, sin = cos[:, :, None], sin[:, :, None]
+        cos, sin = self._rotary(x, positions)
+        # every layer's cache holds the same columns: the padding bias for all of them, one row per kv head
+        K = cache.layers[0].length + 1
+        bias = key_bias[:, None, :K].expand(B, Hkv, K).reshape(B * Hkv, 1, K).to(x.dtype)
         for refs, layer in zip(self.layers, cache.layers):
-            q_p, k_p, v_p, o_p, gate, up, down, n_in, n_post, q_n, k_n, scale = refs
-            h = _rms(x, n_in)
-            q = F.linear(h, q_p.weight, q_p.bias).view(B, 1, H, D)
-            k = F.linear(h, k_p.weight, k_p.bias).view(B, 1, Hkv, D)
-            if q_n is not None:
-                q, k = _rms(q, q_n), _rms(k, k_n)
-            q, k = _rope(torch.cat((q, k), dim=2), cos, sin).split((H, Hkv), dim=2)
-            v = F.linear(h, v_p.weight, v_p.bias).view(B, 1, Hkv, D)
-            keys, values = layer.update(k.transpose(1, 2), v.transpose(1, 2))
-            # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv
-            scores = torch.matmul(q.view(B, Hkv, H // Hkv, D), keys.transpose(-1, -2)).float()
-            scores = scores * scale + key_bias[:, None, None, : keys.shape[-2]]
-            probs = torch.softmax(scores, dim=-1).to(values.dtype)
-            x = x + F.linear(torch.matmul(probs, values).reshape(B, H * D), o_p.weight, o_p.bias)
-            h = _rms(x, n_post)
-            x = x + F.linear(F.silu(F.linear(h, gate.weight)) * F.linear(h, up.weight), down.weight)
+            q, k, v = self._qkv(refs, x, cos, sin)
+            keys, values = layer.update(k[:, :, None], v[:, :, None])  # [B, Hkv, K, D] each
+            # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv; scale and padding
+            # bias in the same op as the product
+            scores = torch.baddbmm(bias, q.reshape(B * Hkv, H // Hkv, D), keys.reshape(B * Hkv, K, D).mT,
+                                   alpha=refs[-1])
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+            x = _residual_linear(x, torch.bmm(probs, values.reshape(B * Hkv, K, D)).view(B, H * D), refs[3])
+            x = _mlp_residual(refs, x)
         return F.linear(_rms(x, self.inner.norm), self.lm_head.weight, self.lm_head.bias)
 
+    def prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
+                known: tuple | None = None) -> torch.Tensor:
+        """The forward of the last `T = input_ids.shape[1]` columns of a left-padded batch whose earlier columns
+        are in `cache` already (`attention` [B, cache length + T] covers them all): fills the cache, returns the
+        last column's logits [B, V]. `known` = (mask [B, T], per-layer (keys, values) [B, Hkv, T, D]): tokens
+        whose keys and values are known already (a shared prefix), not computed again. Projections and MLPs run
+        on the other real tokens only, packed; attention on the padded layout (torch's fused attention, one
+        padding-and-causal mask for every layer)."""
+        B, T = input_ids.shape
+        H, Hkv, D = self.heads, self.kv_heads, self.head_dim
+        todo = attention[:, -T:].bool()
+        if known is not None:
+            todo &= ~known[0]
+        idx = todo.flatten().nonzero().flatten()  # computed token i sits at flat padded position idx[i]
+        x = F.embedding(input_ids.flatten()[idx], self.inner.embed_tokens.weight)
+        cos, sin = self._rotary(x, positions.flatten()[idx])
+        W = cache.layers[0].length + T
+        allowed = attention[:, None, :W].bool() & torch.ones((T, W), dtype=torch.bool, device=x.device).tril(W - T)
+        mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(
+            ~allowed, torch.finfo(x.dtype).min)[:, None]  # [B, 1, T, W]; rows of queries not computed are not read
+        for i, (refs, layer) in enumerate(zip(self.layers, cache.layers)):
+            q, k, v = self._qkv(refs, x, cos, sin)
+            if known is None:
+                kv = x.new_zeros((B * T, 2 * Hkv, D))
+            else:
+                kv = torch.cat(known[1][i], dim=1).transpose(1, 2).reshape(B * T, 2 * Hkv, D)
+            kv.index_copy_(0, idx, torch.cat((k, v), dim=1))
+            keys, values = layer.update(*kv.view(B, T, 2 * Hkv, D).transpose(1, 2).split(Hkv, dim=1))
+            q = x.new_zeros((B * T, H, D)).index_copy_(0, idx, q).view(B, T, H, D).transpose(1, 2)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=refs[-1], enable_gqa=True)
+            x = _residual_linear(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), refs[3])
+            x = _mlp_residual(refs, x)
+        last = todo.sum(-1).cumsum(0) - 1  # each row's last column is computed (never padding or the prefix)
+        return F.linear(_rms(x.index_select(0, last), self.inner.norm), self.lm_head.weight, self.lm_head.bias)
+
+    def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin [n, 1, D] for `positions` [n], shared by every layer:
+        rotate_half(t) * sin == roll(t, D/2) * (sin with its first half negated), 3 ops per rotation, not 5."""
+        cos, sin = self.inner.rotary_emb(x, positions[None])
+        signs = getattr(self, "_signs", None)
+        if signs is None or signs.dtype != sin.dtype or signs.device != sin.device:
+            signs = self._signs = torch.ones(self.head_dim, dtype=sin.dtype, device=sin.device)
+            signs[: self.head_dim // 2] = -1
+        return cos[0, :, None], (sin * signs)[0, :, None]
+
+    def _qkv(self, refs: tuple, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """A layer's q [n, H, D], k and v [n, Hkv, D] for hidden states x [n, hidden], rotated."""
+        n, H, Hkv, D = len(x), self.heads, self.kv_heads, self.head_dim
+        q_p, k_p, v_p, n_in, q_n, k_n = refs[0], refs[1], refs[2], refs[7], refs[9], refs[10]
+        h = _rms(x, n_in)
+        q = F.linear(h, q_p.weight, q_p.bias).view(n, H, D)
+        k = F.linear(h, k_p.weight, k_p.bias).view(n, Hkv, D)
+        if q_n is not None:
+            q, k = _rms(q, q_n), _rms(k, k_n)
+        qk = torch.cat((q, k), dim=1)
+        q, k = torch.addcmul(qk * cos, qk.roll(D // 2, dims=-1), sin).split((H, Hkv), dim=1)
+        return q, k, F.linear(h, v_p.weight, v_p.bias).view(n, Hkv, D)
+
     def _matches(self, model: Any) -> bool:
-        """Two rows (one left-padded), three decode steps: this step's logits against the model's forward."""
+        """Two rows (one left-padded): this prefill's and three decode steps' logits against the model's forward."""
         device = next(model.parameters()).device
         vocab = self.lm_head.out_features
         ids = (torch.arange(10, device=device).view(2, 5) * 7 + 3) % vocab
@@ -141,15 +195,16 @@ class DecodeStep:
         bias = key_padding_bias(att, 8)
         mask = torch.ones((2, 8), dtype=att.dtype, device=device)
         mask[:, :5] = att
-        worst, scale = 0.0, 1.0
         with torch.inference_mode():
-            for c in caches:
-                out = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=c, use_cache=True)
-            tok = out.logits[:, -1].argmax(-1)
+            ref = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=caches[0],
+                        use_cache=True).logits[:, -1].float()
+            got = self.prefill(ids, att, pos, caches[1]).float()
+            worst, scale = float((ref - got).abs().max()), max(1.0, float(ref.abs().max()))
+            tok = ref.argmax(-1)
             for s in range(3):
                 p = att.sum(-1) + s
                 ref = model(input_ids=tok[:, None], attention_mask=mask[:, : 6 + s], position_ids=p[:, None],
-                                 past_key_values=caches[0], use_cache=True).logits[:, -1].float()
+                            past_key_values=caches[0], use_cache=True).logits[:, -1].float()
                 got = self.step(tok, p, bias, caches[1]).float()
                 worst, scale = max(worst, float((ref - got).abs().max())), max(scale, float(ref.abs().max()))
                 tok = ref.argmax(-1)
@@ -161,6 +216,14 @@ class DecodeStep:
         return True
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+def _mlp_residual(refs: tuple, x: torch.Tensor) -> torch.Tensor:
+    gate, up, down, n_post = refs[4], refs[5], refs[6], refs[8]
+    h = _rms(x, n_post)
+    return _residual_linear(x, F.silu(F.linear(h, gate.weight)) * F.linear(h, up.weight), down)
+
+
+def _residual_linear(x: torch.Tensor, h: torch.Tensor, lin: Any) -> torch.Tensor:
+    """x + lin(h) for 2-D x, as one fused op where the layer has no bias."""
+    if lin.bias is None:
+        return torch.addmm(x, h, lin.weight.t())
+    return x + F.linear(h, lin.weight, lin.bias)

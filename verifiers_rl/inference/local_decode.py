@@ -58,43 +58,55 @@ def _shared_prefix(input_ids: torch.Tensor, attention: torch.Tensor) -> int:
 
 
 def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
-             cache: Any, compact: bool, extra: dict) -> Any:
-    """The prompts' forward (last-position logits for every row) that fills `cache`. With a `compact` cache,
-    identical prompts are computed once and a prefix common to every prompt once (vLLM's prefix caching, within
-    a batch); their key/value rows are copied into place."""
+             cache: Any, compact: bool, extra: dict, fast: DecodeStep | None = None) -> tuple[torch.Tensor, Any]:
+    """The prompts' forward that fills `cache`: every row's last-position logits [B, V], and the cache (the one
+    the model built when `cache` is None). With a `compact` cache, identical prompts are computed once and a
+    prefix common to every prompt once (vLLM's prefix caching, within a batch); their key/value rows are copied
+    into place. With `fast` (the model's own step), the columns after the prefix compute only the tokens that
+    are neither padding nor part of that prefix (`DecodeStep.prefill`)."""
     if not compact:
-        return model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                     past_key_values=cache, **extra)
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                    past_key_values=cache, **extra)
+        return out.logits[:, -1], out.past_key_values
     shared = _unique_rows(input_ids, attention)
     if shared is not None:
         first, inverse = shared
         input_ids, attention, positions = input_ids[first], attention[first], positions[first]
     start = _shared_prefix(input_ids, attention)
-    if start:
-        _fill_prefix(model, cache, input_ids, attention, start, extra)
-    out = model(input_ids=input_ids[:, start:], attention_mask=attention, position_ids=positions[:, start:],
-                use_cache=True, past_key_values=cache, **extra)
+    known = _fill_prefix(model, cache, input_ids, attention, start, extra) if start else None
+    if fast is not None:
+        logits = fast.prefill(input_ids[:, start:], attention, positions[:, start:], cache, known)
+    else:
+        logits = model(input_ids=input_ids[:, start:], attention_mask=attention, position_ids=positions[:, start:],
+                       use_cache=True, past_key_values=cache, **extra).logits[:, -1]
     if shared is not None:
         for layer in cache.layers:
             layer.select_rows(inverse)
-        out.logits = out.logits.index_select(0, inverse)
-    return out
+        logits = logits.index_select(0, inverse)
+    return logits, cache
 
 
 def _fill_prefix(model: Any, cache: Any, input_ids: torch.Tensor, attention: torch.Tensor, start: int,
-                 extra: dict) -> None:
+                 extra: dict) -> tuple[torch.Tensor, list]:
     """Compute the common prefix once and write its keys and values into columns [0, start) of every row
-    (a row's padding columns get copies of the first token's: masked, but finite)."""
+    (a row's padding columns get copies of the first token's: masked, but finite). Returns what rows whose
+    prefix runs past `start` hold in the later columns: which of those [B, W - start] are prefix tokens, and
+    each layer's keys and values there [B, H, W - start, D]."""
     pads = input_ids.shape[1] - attention.sum(-1)
     longest = int(pads.argmin())
     prefix = input_ids[longest, int(pads[longest]):start]
     own = reserved_cache(model, len(prefix))
     model(input_ids=prefix[None], position_ids=torch.arange(len(prefix), device=prefix.device)[None],
           use_cache=True, past_key_values=own, **extra)
-    src = (torch.arange(start, device=pads.device)[None] - pads[:, None]).clamp(min=0)  # [B, start]
+    offset = torch.arange(input_ids.shape[1], device=pads.device)[None] - pads[:, None]  # [B, W]
+    src = offset.clamp(0, len(prefix) - 1)  # row i's column c holds prefix token c - pad_i
+    later = []
     for mine, theirs in zip(own.layers, cache.layers):
-        # [1, H, L, D] → [B, H, start, D]: row i's column c holds prefix token c - pad_i
-        theirs.update(mine.keys[0][:, src].transpose(0, 1), mine.values[0][:, src].transpose(0, 1))
+        # [1, H, L, D] → [B, H, W, D]
+        keys, values = mine.keys[0][:, src].transpose(0, 1), mine.values[0][:, src].transpose(0, 1)
+        theirs.update(keys[:, :, :start], values[:, :, :start])
+        later.append((keys[:, :, start:], values[:, :, start:]))
+    return offset[:, start:] < len(prefix), later
 
 
 def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler: Any, stopper: Any,
@@ -119,14 +131,13 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
     cache = reserved_cache(model, P + max_new)
     compact = compactable(cache)
-    out = _prefill(model, input_ids, attention, positions, cache, compact, extra)
+    fast = DecodeStep.for_model(model) if compact else None
+    logits, cache = _prefill(model, input_ids, attention, positions, cache, compact, extra, fast)
     pad = torch.full((B,), pad_id, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)  # the rows in the forward batch, in order
-    fast = DecodeStep.for_model(model) if compact else None
     if fast is not None:
         key_bias = key_padding_bias(attention, P + max_new)
         row_pos, row_bias = next_pos[:, 0], key_bias
-    logits = out.logits[:, -1]
     done = None
     n = 0
     for step in range(max_new):
@@ -150,8 +161,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
         if fast is not None:
             logits = fast.step(tok[rows], row_pos + step, row_bias, cache)
         else:
-            out = model(input_ids=tok[rows, None], attention_mask=mask[rows, : P + n],
-                        position_ids=next_pos[rows] + step, past_key_values=out.past_key_values, use_cache=True,
-                        **extra)
-            logits = out.logits[:, -1]
+            logits = model(input_ids=tok[rows, None], attention_mask=mask[rows, : P + n],
+                           position_ids=next_pos[rows] + step, past_key_values=cache, use_cache=True,
+                           **extra).logits[:, -1]
     return buf[:, : P + n]
