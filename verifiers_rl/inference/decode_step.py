@@ -1,12 +1,14 @@
-"""A one-token forward (and a padding-free prefill) for plain Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), used by the decode loop.
+"""A one-token forward and a prefill for plain Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), used by the
+decode loop.
 
 HF's forward pays, per token, for building a 4D mask, a module call per sub-layer, and a general attention
 dispatch; at the sizes the local engine serves, that overhead costs more than the matmuls. This step runs the
 same arithmetic from the model's own modules and weights (read at every call, so a weight sync or an optimizer
 step is seen), with one additive key-padding row per sequence instead of a mask, one rotary lookup shared by all
-layers, and attention as two batched matmuls over the grouped query heads. Its `prefill` does the prompt's
-columns the same way, the projections and MLPs over the real tokens only (a left-padded batch of mixed lengths is
-mostly padding on the left). Keys and values go into the cache's layers through their `update`.
+layers, and attention as two batched matmuls over the grouped query heads. Its `prefill` does the prompts the same
+way, with the projections and MLPs over the tokens that are neither left padding nor a shared prefix computed
+already (packed), so that a batch costs what its own tokens cost. Keys and values go into the cache's layers
+through their `update`.
 
 `DecodeStep.for_model` returns None for anything else (another architecture, LoRA-wrapped layers, sliding
 windows, biases in the MLP, a model on meta weights); then the loop keeps calling the model. A model is accepted
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +49,22 @@ def key_padding_bias(attention: torch.Tensor, width: int) -> torch.Tensor:
     return bias
 
 
-def _layer_refs(layer: Any) -> tuple | None:
+class _Layer(NamedTuple):
+    q: Any
+    k: Any
+    v: Any
+    o: Any
+    gate: Any
+    up: Any
+    down: Any
+    norm_in: Any
+    norm_post: Any
+    q_norm: Any
+    k_norm: Any
+    scale: float
+
+
+def _layer_refs(layer: Any) -> _Layer | None:
     a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     names = ("q_proj", "k_proj", "v_proj", "o_proj")
     if a is None or m is None or not all(type(getattr(a, n, None)) is torch.nn.Linear for n in names):
@@ -61,7 +78,7 @@ def _layer_refs(layer: Any) -> tuple | None:
              getattr(a, "k_norm", None))
     if not all(x is None or hasattr(x, "variance_epsilon") for x in norms):
         return None
-    return (a.q_proj, a.k_proj, a.v_proj, a.o_proj, *mlp, *norms, float(a.scaling))
+    return _Layer(a.q_proj, a.k_proj, a.v_proj, a.o_proj, *mlp, *norms, float(a.scaling))
 
 
 class DecodeStep:
@@ -116,9 +133,9 @@ class DecodeStep:
             # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv; scale and padding
             # bias in the same op as the product
             scores = torch.baddbmm(bias, q.reshape(B * Hkv, H // Hkv, D), keys.reshape(B * Hkv, K, D).mT,
-                                   alpha=refs[-1])
+                                   alpha=refs.scale)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            x = _residual_linear(x, torch.bmm(probs, values.reshape(B * Hkv, K, D)).view(B, H * D), refs[3])
+            x = _residual_linear(x, torch.bmm(probs, values.reshape(B * Hkv, K, D)).view(B, H * D), refs.o)
             x = _mlp_residual(refs, x)
         return F.linear(_rms(x, self.inner.norm), self.lm_head.weight, self.lm_head.bias)
 
@@ -151,8 +168,8 @@ class DecodeStep:
             kv.index_copy_(0, idx, torch.cat((k, v), dim=1))
             keys, values = layer.update(*kv.view(B, T, 2 * Hkv, D).transpose(1, 2).split(Hkv, dim=1))
             q = x.new_zeros((B * T, H, D)).index_copy_(0, idx, q).view(B, T, H, D).transpose(1, 2)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=refs[-1], enable_gqa=True)
-            x = _residual_linear(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), refs[3])
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=refs.scale, enable_gqa=True)
+            x = _residual_linear(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), refs.o)
             x = _mlp_residual(refs, x)
         last = todo.sum(-1).cumsum(0) - 1  # each row's last column is computed (never padding or the prefix)
         return F.linear(_rms(x.index_select(0, last), self.inner.norm), self.lm_head.weight, self.lm_head.bias)
@@ -167,18 +184,17 @@ class DecodeStep:
             signs[: self.head_dim // 2] = -1
         return cos[0, :, None], (sin * signs)[0, :, None]
 
-    def _qkv(self, refs: tuple, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def _qkv(self, refs: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """A layer's q [n, H, D], k and v [n, Hkv, D] for hidden states x [n, hidden], rotated."""
         n, H, Hkv, D = len(x), self.heads, self.kv_heads, self.head_dim
-        q_p, k_p, v_p, n_in, q_n, k_n = refs[0], refs[1], refs[2], refs[7], refs[9], refs[10]
-        h = _rms(x, n_in)
-        q = F.linear(h, q_p.weight, q_p.bias).view(n, H, D)
-        k = F.linear(h, k_p.weight, k_p.bias).view(n, Hkv, D)
-        if q_n is not None:
-            q, k = _rms(q, q_n), _rms(k, k_n)
+        h = _rms(x, refs.norm_in)
+        q = F.linear(h, refs.q.weight, refs.q.bias).view(n, H, D)
+        k = F.linear(h, refs.k.weight, refs.k.bias).view(n, Hkv, D)
+        if refs.q_norm is not None:
+            q, k = _rms(q, refs.q_norm), _rms(k, refs.k_norm)
         qk = torch.cat((q, k), dim=1)
         q, k = torch.addcmul(qk * cos, qk.roll(D // 2, dims=-1), sin).split((H, Hkv), dim=1)
-        return q, k, F.linear(h, v_p.weight, v_p.bias).view(n, Hkv, D)
+        return q, k, F.linear(h, refs.v.weight, refs.v.bias).view(n, Hkv, D)
 
     def _matches(self, model: Any) -> bool:
         """Two rows (one left-padded): this prefill's and three decode steps' logits against the model's forward."""
@@ -216,10 +232,9 @@ class DecodeStep:
         return True
 
 
-def _mlp_residual(refs: tuple, x: torch.Tensor) -> torch.Tensor:
-    gate, up, down, n_post = refs[4], refs[5], refs[6], refs[8]
-    h = _rms(x, n_post)
-    return _residual_linear(x, F.silu(F.linear(h, gate.weight)) * F.linear(h, up.weight), down)
+def _mlp_residual(refs: _Layer, x: torch.Tensor) -> torch.Tensor:
+    h = _rms(x, refs.norm_post)
+    return _residual_linear(x, F.silu(F.linear(h, refs.gate.weight)) * F.linear(h, refs.up.weight), refs.down)
 
 
 def _residual_linear(x: torch.Tensor, h: torch.Tensor, lin: Any) -> torch.Tensor:
