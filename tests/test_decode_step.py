@@ -79,13 +79,15 @@ def test_the_step_gives_the_logits_of_the_models_forward(kind):
 
 @pytest.mark.parametrize("kind", ["qwen3", "qwen2", "llama-rope-scaled", "mistral"])
 def test_the_prefill_gives_the_logits_and_cache_of_the_models_forward(kind):
-    """The engine's own prefill of a left-padded batch whose first columns hold a prefix computed already (the
-    cache has 4 columns; later columns of the more-padded rows are prefix tokens passed as `known`): the last
-    column's logits and every real position's keys and values of the model's forward over the whole batch."""
+    """The engine's own prefill of a left-padded batch sharing a prefix, computed once and placed by the decode
+    loop (later columns of the more-padded rows hold prefix tokens, passed as `known`): the last column's logits
+    and every real position's keys and values of the model's forward over the whole batch."""
+    from verifiers_rl.inference.local_decode import _fill_prefix, _shared_prefix
+
     model = _model(kind)
     step = DecodeStep.for_model(model)
     g = torch.Generator().manual_seed(2)
-    prefix = torch.randint(0, 96, (6,), generator=g)
+    prefix = torch.randint(0, 96, (20,), generator=g)
     rows = [torch.cat([prefix, torch.randint(0, 96, (n,), generator=g)]) for n in (5, 2, 1)]
     W = max(len(r) for r in rows)
     ids = torch.zeros((3, W), dtype=torch.long)
@@ -93,26 +95,16 @@ def test_the_prefill_gives_the_logits_and_cache_of_the_models_forward(kind):
     for i, r in enumerate(rows):
         ids[i, W - len(r):], att[i, W - len(r):] = r, 1
     pos = (att.cumsum(-1) - 1).clamp(min=0)
-    start, pads = 4, W - att.sum(-1)
+    start = _shared_prefix(ids, att)
+    assert start > 0
     with torch.inference_mode():
         theirs = reserved_cache(model, W)
         ref = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=theirs,
                     use_cache=True).logits[:, -1]
-        # the prefix's own keys and values, placed per row as the decode loop places them (row i's column c
-        # holds prefix token c - pad_i)
-        own = reserved_cache(model, len(prefix))
-        model(input_ids=prefix[None], position_ids=torch.arange(len(prefix))[None], past_key_values=own,
-              use_cache=True)
-        offset = torch.arange(W)[None] - pads[:, None]
-        src = offset.clamp(0, len(prefix) - 1)
-        ours, later = reserved_cache(model, W), []
-        for mine, layer in zip(own.layers, ours.layers):
-            k, v = mine.keys[0][:, src].transpose(0, 1), mine.values[0][:, src].transpose(0, 1)
-            layer.update(k[:, :, :start], v[:, :, :start])
-            later.append((k[:, :, start:], v[:, :, start:]))
-        known = offset[:, start:] < len(prefix)
-        assert known[att[:, start:].bool()].any()  # some real columns after `start` are not computed again
-        got = step.prefill(ids[:, start:], att, pos[:, start:], ours, (known, later))
+        ours = reserved_cache(model, W)
+        known = _fill_prefix(model, ours, ids, att, start, {})
+        assert known[0][att[:, start:].bool()].any()  # some real columns after `start` are not computed again
+        got = step.prefill(ids[:, start:], att, pos[:, start:], ours, known)
     assert torch.allclose(got, ref, atol=1e-5, rtol=0)
     real = att.bool()
     for a, b in zip(ours.layers, theirs.layers):

@@ -73,7 +73,7 @@ def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, posit
         first, inverse = shared
         input_ids, attention, positions = input_ids[first], attention[first], positions[first]
     start = _shared_prefix(input_ids, attention)
-    known = _fill_prefix(model, cache, input_ids, attention, start, extra) if start else None
+    known = _fill_prefix(model, cache, input_ids, attention, start, extra, fast is not None) if start else None
     if fast is not None:
         logits = fast.prefill(input_ids[:, start:], attention, positions[:, start:], cache, known)
     else:
@@ -87,26 +87,27 @@ def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, posit
 
 
 def _fill_prefix(model: Any, cache: Any, input_ids: torch.Tensor, attention: torch.Tensor, start: int,
-                 extra: dict) -> tuple[torch.Tensor, list]:
+                 extra: dict, later_too: bool = True) -> tuple[torch.Tensor, list] | None:
     """Compute the common prefix once and write its keys and values into columns [0, start) of every row
-    (a row's padding columns get copies of the first token's: masked, but finite). Returns what rows whose
-    prefix runs past `start` hold in the later columns: which of those [B, W - start] are prefix tokens, and
-    each layer's keys and values there [B, H, W - start, D]."""
+    (a row's padding columns get copies of the first token's: masked, but finite). With `later_too`, returns
+    what rows whose prefix runs past `start` hold in the later columns (for `DecodeStep.prefill`): which of
+    those [B, W - start] are prefix tokens, and each layer's keys and values there [B, H, W - start, D]."""
     pads = input_ids.shape[1] - attention.sum(-1)
     longest = int(pads.argmin())
     prefix = input_ids[longest, int(pads[longest]):start]
     own = reserved_cache(model, len(prefix))
     model(input_ids=prefix[None], position_ids=torch.arange(len(prefix), device=prefix.device)[None],
           use_cache=True, past_key_values=own, **extra)
-    offset = torch.arange(input_ids.shape[1], device=pads.device)[None] - pads[:, None]  # [B, W]
+    width = input_ids.shape[1] if later_too else start
+    offset = torch.arange(width, device=pads.device)[None] - pads[:, None]  # [B, width]
     src = offset.clamp(0, len(prefix) - 1)  # row i's column c holds prefix token c - pad_i
     later = []
     for mine, theirs in zip(own.layers, cache.layers):
-        # [1, H, L, D] → [B, H, W, D]
+        # [1, H, L, D] → [B, H, width, D]
         keys, values = mine.keys[0][:, src].transpose(0, 1), mine.values[0][:, src].transpose(0, 1)
         theirs.update(keys[:, :, :start], values[:, :, :start])
         later.append((keys[:, :, start:], values[:, :, start:]))
-    return offset[:, start:] < len(prefix), later
+    return (offset[:, start:] < len(prefix), later) if later_too else None
 
 
 def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler: Any, stopper: Any,
