@@ -52,20 +52,61 @@ def test_no_shared_prompt_or_no_saving_means_no_packing():
     assert pack_shared_prompts(ids, attn, plens, hidden_size=128, pad_id=PAD, max_len=10) is None
 
 
-@pytest.mark.parametrize("attn_impl", ["sdpa", "eager"])
-def test_packed_forward_matches_padded_rows_and_their_gradients(tiny_model_dir, attn_impl):
+def test_segments_cover_every_real_token_once_with_the_keys_it_sees():
+    """segment_attention's blocks: each real token is one real query; it sees its prompt, then its own
+    continuation up to itself, and nothing of the other continuations."""
+    from verifiers_rl.trainer.segment_attention import segment_layout
+
+    ids, attn, _, plens = _batch()
+    packed = pack_shared_prompts(ids, attn, plens, hidden_size=128, pad_id=PAD, dense_mask=False)
+    assert packed.attention_mask is None
+    R, L = packed.input_ids.shape
+    layout = segment_layout(packed.segments, R, L)
+    assert len(layout.blocks) == 2  # prompts, continuations
+    dest = torch.cat([b.dest for b in layout.blocks])
+    real = packed.source[attn.bool()].unique()
+    assert sorted(dest.tolist()) == sorted(real.tolist())  # every real packed position exactly once
+    seen: dict[int, set[int]] = {}
+    for b in layout.blocks:
+        S, Q = b.queries.shape
+        for j in range(S):
+            for i in range(Q):
+                seen.setdefault(int(b.queries[j, i]), set(b.keys[j][b.allowed[j, 0, i]].tolist()))
+    for row in range(ids.shape[0]):  # the keys of each original token = the positions before it in its own row
+        n = int(attn[row].sum())
+        for t in range(n):
+            assert seen[int(packed.source[row, t])] == set(packed.source[row, : t + 1].tolist()), (row, t)
+
+
+@pytest.mark.parametrize("attn_impl", ["sdpa", "sdpa-checkpointing", "eager"])
+def test_packed_forward_matches_padded_rows_and_their_gradients(tiny_model_dir, attn_impl, monkeypatch):
+    """sdpa attends by segments (segment_attention); with activation checkpointing, and on eager, through the
+    dense 4D mask."""
     from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.trainer import segment_attention
+
+    layouts = []
+    build = segment_attention.segment_layout
+    monkeypatch.setattr(segment_attention, "segment_layout", lambda *a, **k: layouts.append(build(*a, **k))
+                        or layouts[-1])
 
     ids, attn, loss, plens = _batch()
     grads = []
     results = []
     for packed in (False, True):
-        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation=attn_impl)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation=attn_impl.split("-")[0])
+        if attn_impl.endswith("checkpointing"):
+            model.activation_checkpointing_enable()
+            model.train()
         kwargs = {"prompt_lens": plens, "pad_id": PAD} if packed else {}
         lp, ent = policy_token_logprobs(model, ids, attn, 0.8, mask=loss, with_entropy=True, **kwargs)
         lp[loss].sum().backward()
+        assert model.config._attn_implementation == attn_impl.split("-")[0]  # the packed forward restores it
         results.append((lp, ent))
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    # one attention call per layer, by segments exactly on sdpa without checkpointing
+    assert [x.calls for x in layouts] == ([model.config.num_hidden_layers] if attn_impl == "sdpa" else [])
     (lp0, ent0), (lp1, ent1) = results
     assert torch.allclose(lp0, lp1, atol=1e-5) and torch.allclose(ent0, ent1, atol=1e-5)
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10

@@ -187,6 +187,17 @@ def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None] 
     return hidden, next(inner.parameters()).dtype
 
 
+def _by_segments(model: torch.nn.Module) -> bool:
+    """Packed rows attend segment by segment (`segment_attention`) on sdpa models without activation
+    checkpointing (a recompute in the backward would run outside the forward's layout)."""
+    inner, config, text = _unwrapped(model)
+    impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
+    checkpointing = getattr(inner, "is_activation_checkpointing", None)
+    if checkpointing is None:  # transformers before 5
+        checkpointing = getattr(inner, "is_gradient_checkpointing", False)
+    return impl == "sdpa" and not checkpointing
+
+
 def policy_token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -220,7 +231,7 @@ def policy_token_logprobs(
         from verifiers_rl.trainer.prefix_packing import pack_shared_prompts
 
         packed = pack_shared_prompts(input_ids, attention_mask, list(prompt_lens), hidden_size=settings[0],
-                                     pad_id=pad_id, mask_dtype=settings[1])
+                                     pad_id=pad_id, mask_dtype=settings[1], dense_mask=not _by_segments(model))
     if packed is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
         return hidden_token_logprobs(out.hidden_states[-1], head, input_ids, temperature, mask=mask,
@@ -231,8 +242,19 @@ def policy_token_logprobs(
 def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_ids: torch.Tensor,
                      temperature: float, mask: torch.Tensor | None, with_entropy: bool
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
-                output_hidden_states=True, logits_to_keep=1)
+    if packed.attention_mask is not None:
+        out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                    position_ids=packed.position_ids, output_hidden_states=True, logits_to_keep=1)
+    else:
+        from verifiers_rl.trainer.segment_attention import segment_layout, segments_attention
+
+        layout = segment_layout(packed.segments, *packed.input_ids.shape, device=packed.input_ids.device)
+        with segments_attention(_unwrapped(model)[2], layout):
+            out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, output_hidden_states=True,
+                        logits_to_keep=1)
+        if not layout.calls:
+            raise RuntimeError(f"{type(model).__name__} did not attend by segments: its attention layers do not "
+                               "read config._attn_implementation")
     hidden = out.hidden_states[-1]
     return _scored(hidden.reshape(-1, hidden.shape[-1]), packed.source, head, input_ids, temperature, mask,
                    with_entropy, DEFAULT_CHUNK_ELEMENTS)
@@ -258,7 +280,7 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     input_ids, attention_mask = input_ids[rows, :width], attention_mask[rows, :width]
     packed = pack_shared_prompts(input_ids, attention_mask, [prompt_lens[b] for b in rows],
                                  hidden_size=settings[0], pad_id=pad_id, mask_dtype=settings[1],
-                                 max_len=1 << 62, min_saving=float("inf"))
+                                 max_len=1 << 62, min_saving=float("inf"), dense_mask=not _by_segments(model))
     mask = attention_mask.bool()
     was_training = model.training
     model.eval()  # no dropout: both forwards see the same network, and no random numbers are drawn

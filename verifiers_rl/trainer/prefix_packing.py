@@ -31,13 +31,18 @@ MIN_SAVING = 0.85
 class PackedRows:
     input_ids: torch.Tensor       # [R, L]
     position_ids: torch.Tensor    # [R, L]
-    attention_mask: torch.Tensor  # [R, 1, L, L]: bool (sdpa) or additive float (eager)
+    attention_mask: torch.Tensor | None  # [R, 1, L, L]: bool (sdpa) or additive float (eager); None: segments
     source: torch.Tensor          # [B, T] flat index r * L + l of each original position (0 on padding)
+    segments: list[tuple[int, int, int, int]]  # (row, prefix length, start, length): each prompt, continuation
 
 
 def _cost(rows: int, length: int, hidden_size: int) -> float:
     # Per layer, a token's projections cost ~24 h^2 flops and one query-key pair of attention ~4 h: 1 / (6 h).
     return rows * length * (1.0 + length / (6.0 * hidden_size))
+
+
+def _segments_cost(segments: list[tuple[int, int, int, int]], hidden_size: int) -> float:
+    return sum(n * (1.0 + (p + n) / (6.0 * hidden_size)) for _, p, _, n in segments)
 
 
 def group_rows(input_ids: torch.Tensor, lengths: list[int], prompt_lens: list[int]) -> list[list[int]]:
@@ -52,11 +57,14 @@ def group_rows(input_ids: torch.Tensor, lengths: list[int], prompt_lens: list[in
 
 def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lens: list[int], *,
                         hidden_size: int, pad_id: int, mask_dtype: torch.dtype | None = None,
-                        max_len: int = MAX_PACKED_LEN, min_saving: float = MIN_SAVING) -> PackedRows | None:
+                        max_len: int = MAX_PACKED_LEN, min_saving: float = MIN_SAVING,
+                        dense_mask: bool = True) -> PackedRows | None:
     """Packed rows for right-padded ``input_ids`` [B, T] whose first ``prompt_lens[b]`` tokens are row b's prompt;
     None when no two rows share a prompt or packing would not pay (its cost estimate is not below ``min_saving``
     times the padded rows'). ``mask_dtype`` None gives a bool mask
-    (True = attend, for sdpa); a float dtype gives an additive mask (0 / dtype min, for eager attention)."""
+    (True = attend, for sdpa); a float dtype gives an additive mask (0 / dtype min, for eager attention).
+    ``dense_mask=False``: no mask (None) and no length limit, for attention by `segments` (`segment_attention`),
+    whose cost is what each segment sees."""
     B, T = input_ids.shape
     lengths = attention_mask.sum(-1).tolist()
     groups = group_rows(input_ids, lengths, prompt_lens)
@@ -65,7 +73,9 @@ def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, p
     shared = [min(prompt_lens[g[0]], lengths[g[0]]) for g in groups]
     row_len = [p + sum(lengths[b] - p for b in g) for g, p in zip(groups, shared)]
     L = max(row_len)
-    if L > max_len or _cost(len(groups), L, hidden_size) >= min_saving * _cost(B, T, hidden_size):
+    segments = _segments(groups, shared, lengths)
+    cost = _cost(len(groups), L, hidden_size) if dense_mask else _segments_cost(segments, hidden_size)
+    if (dense_mask and L > max_len) or cost >= min_saving * _cost(B, T, hidden_size):
         return None
     R = len(groups)
     ids = torch.full((R, L), pad_id, dtype=input_ids.dtype)
@@ -86,6 +96,9 @@ def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, p
             source[b, :p] = r * L + torch.arange(p)
             source[b, p:p + n] = r * L + torch.arange(at, at + n)
             at += n
+    device = input_ids.device
+    if not dense_mask:
+        return PackedRows(ids.to(device), pos.to(device), None, source.to(device), segments)
     q, k = seg.unsqueeze(-1), seg.unsqueeze(-2)
     causal = torch.ones((L, L), dtype=torch.bool).tril()
     allowed = causal & (q >= 0) & (k >= 0) & ((k == 0) | (k == q))
@@ -93,5 +106,17 @@ def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, p
     mask = allowed.unsqueeze(1)
     if mask_dtype is not None:
         mask = torch.zeros(mask.shape, dtype=mask_dtype).masked_fill_(~mask, torch.finfo(mask_dtype).min)
-    device = input_ids.device
-    return PackedRows(ids.to(device), pos.to(device), mask.to(device), source.to(device))
+    return PackedRows(ids.to(device), pos.to(device), mask.to(device), source.to(device), segments)
+
+
+def _segments(groups: list[list[int]], shared: list[int], lengths: list[int]) -> list[tuple[int, int, int, int]]:
+    """(row, prefix length, start, length) of each packed row's prompt and continuations, in packing order."""
+    out = []
+    for r, (g, p) in enumerate(zip(groups, shared)):
+        if p:
+            out.append((r, 0, 0, p))
+        at = p
+        for b in g:
+            out.append((r, p, at, lengths[b] - p))
+            at += lengths[b] - p
+    return out
