@@ -130,3 +130,34 @@ def test_a_model_that_ignores_position_ids_fails_the_check(tiny_model_dir):
     model.model.forward = no_positions
     ids, attn, _, plens = _batch()
     assert packing_matches(model, ids, attn, 1.0, prompt_lens=plens, pad_id=PAD) is False
+
+
+def test_another_threads_forward_is_plain_sdpa_while_the_config_is_switched(tiny_model_dir):
+    """The packed forward switches the model's config to segment attention; a forward of the same model in
+    another thread meanwhile (the local engine's generation under max_async_level) keeps sdpa and its own
+    padding mask."""
+    import threading
+
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.trainer.segment_attention import segment_layout, segments_attention
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa").eval()
+    ids, attn, _, plens = _batch()
+    packed = pack_shared_prompts(ids, attn, plens, hidden_size=128, pad_id=PAD, dense_mask=False)
+    # the other forward is left-padded, as generation's: its padding mask matters
+    shift = (attn == 0).sum(-1)
+    left_ids = torch.stack([row.roll(int(n)) for row, n in zip(ids, shift)])
+    left_attn = torch.stack([row.roll(int(n)) for row, n in zip(attn, shift)])
+    with torch.no_grad():
+        want = model(input_ids=left_ids, attention_mask=left_attn).logits
+    got = []
+    with segments_attention(model.config, segment_layout(packed.segments, *packed.input_ids.shape)):
+        assert model.config._attn_implementation != "sdpa"
+        t = threading.Thread(target=lambda: got.append(model(input_ids=left_ids, attention_mask=left_attn).logits))
+        with torch.no_grad():
+            t.start()
+            t.join()
+    assert model.config._attn_implementation == "sdpa"
+    real = left_attn.bool()
+    assert torch.allclose(got[0][real], want[real], atol=1e-5)

@@ -195,7 +195,7 @@ def _by_segments(model: torch.nn.Module) -> bool:
     checkpointing = getattr(inner, "is_activation_checkpointing", None)
     if checkpointing is None:  # transformers before 5
         checkpointing = getattr(inner, "is_gradient_checkpointing", False)
-    return impl == "sdpa" and not checkpointing
+    return impl == "sdpa" and not checkpointing and not getattr(text, "attention_dropout", 0.0)
 
 
 def policy_token_logprobs(

@@ -7,9 +7,10 @@ segment (the prompt, each continuation) gathers its queries and the keys it sees
 tokens) into a small padded block, and all blocks run through one fused attention call per segment kind:
 the same results as the dense mask, at the cost of the rows the rollouts would have had unpacked.
 
-It runs as a transformers attention function ("vf_rl_segments") that the packed forward switches the model's
-config to (`segments_attention`), with the layout in a context variable; a call without a layout (another
-thread, a recompute outside the forward) is plain sdpa. `segment_blocks` is a pure function.
+It runs as a transformers attention function ("vf_rl_segments", with sdpa's mask function) that the packed
+forward switches the model's config to (`segments_attention`), with the layout in a context variable: a call
+without a layout (a forward in another thread meanwhile, such as the local engine's) is plain sdpa with its own
+mask. `segment_layout` is a pure function.
 """
 
 from __future__ import annotations
@@ -82,11 +83,14 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
                **kwargs: Any) -> tuple[torch.Tensor, None]:
     layout = _LAYOUT.get()
     R, H, L, D = query.shape
-    if layout is None or dropout or (R, L) != (layout.rows, layout.length):
+    if layout is None:  # another thread's forward while the config is switched: plain sdpa, its own mask
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    if dropout or (R, L) != (layout.rows, layout.length):
+        raise RuntimeError(f"segment attention: got queries {tuple(query.shape)} with dropout {dropout} for a "
+                           f"layout of {layout.rows} x {layout.length} rows without dropout")
     layout.calls += 1
     Hkv = key.shape[1]
     q, k, v = (t.transpose(1, 2).reshape(R * L, t.shape[1], D) for t in (query, key, value))
@@ -105,9 +109,12 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
 
 def _register() -> None:
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     if NAME not in AttentionInterface._global_mapping:
         AttentionInterface.register(NAME, _attention)
+        # masks as for sdpa: the packed forward passes none (nothing is built), any other forward its own
+        AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
 @contextlib.contextmanager
