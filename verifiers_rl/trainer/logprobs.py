@@ -192,10 +192,10 @@ def _by_segments(model: torch.nn.Module) -> bool:
     checkpointing (a recompute in the backward would run outside the forward's layout)."""
     inner, config, text = _unwrapped(model)
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
-    checkpointing = getattr(inner, "is_activation_checkpointing", None)
-    if checkpointing is None:  # transformers before 5
-        checkpointing = getattr(inner, "is_gradient_checkpointing", False)
-    return impl == "sdpa" and not checkpointing and not getattr(text, "attention_dropout", 0.0)
+    if impl != "sdpa" or getattr(text, "attention_dropout", 0.0):
+        return False
+    # what transformers' is_activation_checkpointing reads, through any wrapper (PEFT, DDP)
+    return not any(getattr(m, "gradient_checkpointing", False) is True for m in inner.modules())
 
 
 def policy_token_logprobs(
