@@ -161,3 +161,18 @@ def test_another_threads_forward_is_plain_sdpa_while_the_config_is_switched(tiny
     assert model.config._attn_implementation == "sdpa"
     real = left_attn.bool()
     assert torch.allclose(got[0][real], want[real], atol=1e-5)
+
+
+def test_a_model_whose_layers_read_another_config_fails_the_check(tiny_model_dir):
+    """Segment attention is switched on through the model's text config; attention layers holding a config of
+    their own never see the switch, so the packed forward attended wrongly: the check says no (padded rows)
+    instead of training on it or crashing."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
+    for layer in model.model.layers:
+        layer.self_attn.config = copy.copy(model.config)
+    ids, attn, _, plens = _batch()
+    assert packing_matches(model, ids, attn, 1.0, prompt_lens=plens, pad_id=PAD) is False

@@ -187,6 +187,10 @@ def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None] 
     return hidden, next(inner.parameters()).dtype
 
 
+class SegmentsNotUsed(RuntimeError):
+    """A packed forward by segments whose attention layers never called the segment attention."""
+
+
 def _by_segments(model: torch.nn.Module) -> bool:
     """Packed rows attend segment by segment (`segment_attention`) on sdpa models without activation
     checkpointing (a recompute in the backward would run outside the forward's layout)."""
@@ -252,9 +256,9 @@ def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_
         with segments_attention(_unwrapped(model)[2], layout):
             out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, output_hidden_states=True,
                         logits_to_keep=1)
-        if not layout.calls:
-            raise RuntimeError(f"{type(model).__name__} did not attend by segments: its attention layers do not "
-                               "read config._attn_implementation")
+        if not layout.calls:  # its layers read another config: this forward attended wrongly
+            raise SegmentsNotUsed(f"{type(model).__name__}'s attention layers do not follow its text config's "
+                                  "_attn_implementation")
     hidden = out.hidden_states[-1]
     return _scored(hidden.reshape(-1, hidden.shape[-1]), packed.source, head, input_ids, temperature, mask,
                    with_entropy, DEFAULT_CHUNK_ELEMENTS)
@@ -288,6 +292,8 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         with torch.no_grad():
             plain, _ = policy_token_logprobs(model, input_ids, attention_mask, temperature, mask=mask)
             packed_lp, _ = _packed_logprobs(model, head, packed, input_ids, temperature, mask, False)
+    except SegmentsNotUsed:
+        return False
     finally:
         model.train(was_training)
     return bool(torch.allclose(plain.float(), packed_lp.float(), atol=atol, rtol=0))
