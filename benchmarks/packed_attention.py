@@ -70,7 +70,7 @@ def main() -> None:
     by_segments = logprobs._by_segments
 
     def once(layout: str):
-        logprobs._by_segments = (lambda m: False) if layout == "packed, dense mask" else by_segments
+        logprobs._by_segments = (lambda inner, text: False) if layout == "packed, dense mask" else by_segments
         kw = {} if layout == "padded" else {"prompt_lens": prompt_lens, "pad_id": 0}
         try:
             lp, _ = logprobs.policy_token_logprobs(model, ids, attn, 1.0, mask=loss, **kw)

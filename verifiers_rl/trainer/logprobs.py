@@ -169,9 +169,10 @@ def _output_head(model: torch.nn.Module) -> Callable | None:
     return head
 
 
-def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None] | None:
-    """(hidden size, mask dtype) when the model takes a custom 4D attention mask as-is (sdpa: bool, eager: additive
-    float) and every layer attends fully; None otherwise (flash/flex attention, sliding windows)."""
+def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None, bool] | None:
+    """(hidden size, mask dtype, dense mask) when the model takes packed rows: a custom 4D attention mask as-is
+    (sdpa: bool, eager: additive float) and every layer attends fully; None otherwise (flash/flex attention,
+    sliding windows). Dense mask False: sdpa attends by segments instead (`_by_segments`)."""
     inner, config, text = _unwrapped(model)
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
     hidden = getattr(text, "hidden_size", None)
@@ -183,20 +184,18 @@ def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None] 
     if layer_types is None and getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
         return None
     if impl == "sdpa":
-        return hidden, None
-    return hidden, next(inner.parameters()).dtype
+        return hidden, None, not _by_segments(inner, text)
+    return hidden, next(inner.parameters()).dtype, True
 
 
 class SegmentsNotUsed(RuntimeError):
     """A packed forward by segments whose attention layers never called the segment attention."""
 
 
-def _by_segments(model: torch.nn.Module) -> bool:
-    """Packed rows attend segment by segment (`segment_attention`) on sdpa models without activation
-    checkpointing (a recompute in the backward would run outside the forward's layout)."""
-    inner, config, text = _unwrapped(model)
-    impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
-    if impl != "sdpa" or getattr(text, "attention_dropout", 0.0):
+def _by_segments(inner: torch.nn.Module, text: Any) -> bool:
+    """Whether an sdpa model's packed rows attend segment by segment (`segment_attention`): not with attention
+    dropout, nor with activation checkpointing (a recompute in the backward would run outside the layout)."""
+    if getattr(text, "attention_dropout", 0.0):
         return False
     # what transformers' is_activation_checkpointing reads, through any wrapper (PEFT, DDP)
     return not any(getattr(m, "gradient_checkpointing", False) is True for m in inner.modules())
@@ -235,7 +234,7 @@ def policy_token_logprobs(
         from verifiers_rl.trainer.prefix_packing import pack_shared_prompts
 
         packed = pack_shared_prompts(input_ids, attention_mask, list(prompt_lens), hidden_size=settings[0],
-                                     pad_id=pad_id, mask_dtype=settings[1], dense_mask=not _by_segments(model))
+                                     pad_id=pad_id, mask_dtype=settings[1], dense_mask=settings[2])
     if packed is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
         return hidden_token_logprobs(out.hidden_states[-1], head, input_ids, temperature, mask=mask,
@@ -284,7 +283,7 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     input_ids, attention_mask = input_ids[rows, :width], attention_mask[rows, :width]
     packed = pack_shared_prompts(input_ids, attention_mask, [prompt_lens[b] for b in rows],
                                  hidden_size=settings[0], pad_id=pad_id, mask_dtype=settings[1],
-                                 max_len=1 << 62, min_saving=float("inf"), dense_mask=not _by_segments(model))
+                                 max_len=1 << 62, min_saving=float("inf"), dense_mask=settings[2])
     mask = attention_mask.bool()
     was_training = model.training
     model.eval()  # no dropout: both forwards see the same network, and no random numbers are drawn

@@ -33,7 +33,8 @@ class PackedRows:
     position_ids: torch.Tensor    # [R, L]
     attention_mask: torch.Tensor | None  # [R, 1, L, L]: bool (sdpa) or additive float (eager); None: segments
     source: torch.Tensor          # [B, T] flat index r * L + l of each original position (0 on padding)
-    segments: list[tuple[int, int, int, int]]  # (row, prefix length, start, length): each prompt, continuation
+    # without the mask: (row, prefix length, start, length) of each prompt and continuation
+    segments: list[tuple[int, int, int, int]] | None = None
 
 
 def _cost(rows: int, length: int, hidden_size: int) -> float:
@@ -73,8 +74,8 @@ def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, p
     shared = [min(prompt_lens[g[0]], lengths[g[0]]) for g in groups]
     row_len = [p + sum(lengths[b] - p for b in g) for g, p in zip(groups, shared)]
     L = max(row_len)
-    segments = _segments(groups, shared, lengths)
-    cost = _cost(len(groups), L, hidden_size) if dense_mask else _segments_cost(segments, hidden_size)
+    segments = None if dense_mask else _segments(groups, shared, lengths)
+    cost = _cost(len(groups), L, hidden_size) if segments is None else _segments_cost(segments, hidden_size)
     if (dense_mask and L > max_len) or cost >= min_saving * _cost(B, T, hidden_size):
         return None
     R = len(groups)
@@ -106,7 +107,7 @@ def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, p
     mask = allowed.unsqueeze(1)
     if mask_dtype is not None:
         mask = torch.zeros(mask.shape, dtype=mask_dtype).masked_fill_(~mask, torch.finfo(mask_dtype).min)
-    return PackedRows(ids.to(device), pos.to(device), mask.to(device), source.to(device), segments)
+    return PackedRows(ids.to(device), pos.to(device), mask.to(device), source.to(device))
 
 
 def _segments(groups: list[list[int]], shared: list[int], lengths: list[int]) -> list[tuple[int, int, int, int]]:
