@@ -1,6 +1,8 @@
 """vf-rl: one TOML to a running job.
 
   vf-rl @ config.toml [@ more.toml ...] [--section.key VALUE ...] [--dry-run] [--output-dir DIR] [--allow-cpu]
+  vf-rl @ config.toml --dry-run --gpus N [--gpu-memory-gb 80]   the plan on N GPUs: processes, their
+                                             CUDA_VISIBLE_DEVICES, the vLLM command, weight transfer, memory
   vf-rl run @ config.toml [...] [--detach]   the same; --detach runs it in the background (logs in <output_dir>/logs)
   vf-rl init [PATH | -] [--force]            write a commented template config (default rl.toml; - : stdout)
   vf-rl list [DIR]                           runs under DIR (default outputs/): status, step, last reward
@@ -111,7 +113,13 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
 
     try:
         _, _, early = split_argv(argv)
+        if early.get("gpus") is not None and not early.get("dry_run"):
+            raise ConfigError("--gpus: a plan for N GPUs is shown by a dry run (add --dry-run); a run uses the GPUs "
+                              "it sees (CUDA_VISIBLE_DEVICES)")
         if early.get("dry_run") and real_process and "torch" not in sys.modules:
+            from verifiers_rl.launching.preview import PARENT_DEVICES
+
+            os.environ[PARENT_DEVICES] = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
             os.environ["CUDA_VISIBLE_DEVICES"] = ""  # a dry run touches no GPU
         if not early.get("dry_run"):
             note_offline_hub()  # HF_HUB_OFFLINE=1 when the hub can't be reached: the trainer inherits it
@@ -123,6 +131,13 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
             path = write_resolved(resolved, Path(resolved.output_dir) / "configs")
             kind = " (hosted format, translated)" if resolved.hosted else ""
             print(f"resolved config{kind} written to {path}")
+            if options.get("gpus") is not None:
+                from verifiers_rl.launching.preview import preview_lines
+
+                for line in preview_lines(resolved, int(options["gpus"]), options.get("gpu_memory_gb")):
+                    print(line)
+            else:
+                print("for the GPU plan (processes, CUDA_VISIBLE_DEVICES, vLLM command, memory): add --gpus N")
             return 0
         from verifiers_rl.plan.hardware import gpu_count
         from verifiers_rl.plan.launch import plan_launch
@@ -135,6 +150,9 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         plan = plan_launch(resolved.cfg, gpu_count(), allow_cpu=bool(options.get("allow_cpu")),
                            output_dir=resolved.output_dir,
                            source=" @ ".join(str(p) for p in resolved.config_files) or None)
+        from verifiers_rl.launching.preview import add_memory_line
+
+        add_memory_line(plan, resolved.cfg)
     except ConfigError as e:
         fail(str(e))
     _check_servers(plan.urls)  # servers given by URL (vf-rl starts none of them)

@@ -22,7 +22,7 @@ from verifiers_rl.errors import ConfigError  # noqa: F401  (defined with the oth
 
 
 # Options of the command itself, not config keys.
-RUN_OPTIONS = ("dry-run", "output-dir", "detach", "allow-cpu")
+RUN_OPTIONS = ("dry-run", "output-dir", "detach", "allow-cpu", "gpus", "gpu-memory-gb")
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +175,10 @@ def split_argv(argv: list[str]) -> tuple[list[Path], list[tuple[str, Any]], dict
         if key in RUN_OPTIONS:
             if key == "output-dir" and (value is True or value is False or value is None):
                 raise ConfigError("--output-dir needs a directory")
+            if key in ("gpus", "gpu-memory-gb") and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                                     or value < (0 if key == "gpus" else 1)):
+                raise ConfigError(f"--{key} needs a number (--dry-run --gpus 4 [--gpu-memory-gb 80]: the plan for "
+                                  "4 GPUs of 80 GB)")
             options[key.replace("-", "_")] = str(value) if key == "output-dir" else value
         else:
             overrides.append((key, value))

@@ -23,6 +23,7 @@ from verifiers_rl.inference.vllm_server import VLLMLaunchError, VLLMServer, VLLM
 from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap
 from verifiers_rl.inference.runtime import Inference
 from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
+from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY
 from verifiers_rl.plan.transfer import NATIVE
 
 logger = logging.getLogger(__name__)
@@ -42,8 +43,15 @@ def policy_source(model: Any) -> str | None:
     return str(name) if name else None
 
 
-def _trainer_dtype(args: Any) -> str:
-    return "bfloat16" if getattr(args, "bf16", False) else "float32"
+def _server_dtype(args: Any, asked: Any, cuda: bool) -> str:
+    """The server's --dtype: the trainer's precision (plan/precision.py); one line for one vLLM can't serve."""
+    from verifiers_rl.plan.precision import plan_precision
+
+    try:
+        return plan_precision(bf16=bool(args.bf16), fp16=bool(getattr(args, "fp16", False)),
+                              use_lora=bool(args.use_lora), cuda=cuda, server_dtype=asked, vllm_server=True).server_dtype
+    except ValueError as e:
+        raise VLLMLaunchError(str(e)) from None
 
 
 class VLLMBackend(Inference):
@@ -143,21 +151,41 @@ def _weight_sync(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, 
 
 
 def _launch_config(cfg: VLLMServerConfig, plan: Any, model: Any, args: Any) -> VLLMServerConfig:
-    from dataclasses import replace
-
     served = cfg.model or policy_source(model)
     if not served:
         raise VLLMLaunchError("vLLM backend: can't tell which model to serve; pass the model to RLTrainer as a "
                               "path or hub id, or set the server config's model")
     if os.path.isdir(served):
         served = str(Path(served).resolve())
+    params = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    ctx = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return server_launch_config(cfg, plan, args, served=served, max_positions=ctx,
+                                cuda=bool(params is not None and params.is_cuda))
+
+
+def server_launch_config(cfg: VLLMServerConfig, plan: Any, args: Any, *, served: str, max_positions: int | None,
+                         cuda: bool) -> VLLMServerConfig:
+    """The server the trainer starts, from its config, the plan and the trainer's args (also what
+    `vf-rl --dry-run --gpus N` shows: plan/preview.py)."""
+    from dataclasses import replace
+
     server_args = dict(cfg.args)
-    if not any(k.replace("_", "-").lstrip("-") == "dtype" for k in server_args):
-        server_args["dtype"] = _trainer_dtype(args)  # the trainer's precision: logprobs that match
+    asked = next((v for k, v in server_args.items() if k.replace("_", "-").lstrip("-") == "dtype"), None)
+    dtype = _server_dtype(args, asked, cuda=cuda)
+    if asked is None:
+        server_args["dtype"] = dtype  # the trainer's precision: logprobs that match
     if not any(k.replace("_", "-").lstrip("-") == "max-model-len" for k in server_args):
         # RLConfig.max_tokens=None means "up to max_seq_len minus the prompt": the server's context is max_seq_len
-        ctx = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        ctx = max_positions
         server_args["max_model_len"] = min(args.max_seq_len, ctx) if ctx else args.max_seq_len
+    if cfg.gpus is None and getattr(plan, "server_gpus", None):  # a script's trainer: planned beside it
+        cfg = replace(cfg, gpus=list(plan.server_gpus), trainer_gpus=list(plan.server_gpus) if plan.colocated
+                      else None, colocate=plan.colocated)
+        share = cfg.gpu_memory_utilization or DEFAULT_COLOCATED_GPU_MEMORY
+        print(f"vLLM: the server shares GPU {plan.server_gpus[0]} with the trainer (it takes {share:g} of its memory:"
+              " VLLMServerConfig gpu_memory_utilization)" if plan.colocated else
+              f"vLLM: the server runs on GPU {plan.server_gpus[0]}, beside the trainer (VLLMServerConfig gpus)",
+              flush=True)
     return replace(
         cfg, model=served, args=server_args,
         host=cfg.host if cfg.host != "127.0.0.1" else plan.host,

@@ -7,7 +7,7 @@ exit, on error, on SIGTERM/SIGHUP and on Ctrl-C, so no engine or worker process 
 
 GPU layouts (`verifiers_rl.plan.gpus.plan_gpus`):
 - split: the inference server gets the first GPUs, the trainer the ones after (`CUDA_VISIBLE_DEVICES` for each);
-  several inference GPUs become `--data-parallel-size N`;
+  several inference GPUs become `--data-parallel-size N / (tensor x pipeline parallel size)`;
 - colocated: one GPU shared by both, the server capped by `--gpu-memory-utilization`.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from verifiers_rl.errors import ModelServerError, VLLMLaunchError  # noqa: F401  (re-exported)
-from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, GPULayout, plan_gpus
+from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, GPULayout, data_parallel_size, plan_gpus
 from verifiers_rl.plan.hardware import (  # noqa: F401  (find_vllm_python re-exported)
     DEFAULT_VENV,
     INSTALL_HINT,
@@ -140,8 +140,9 @@ def build_command(cfg: VLLMServerConfig, python: str, port: int, layout: GPULayo
         raise VLLMLaunchError("inference.args.worker_extension_cls: the gloo weight transfer needs the trainer's "
                               "worker extension; remove it or use vllm_weight_transfer='disk'")
     layout = layout or cfg.layout()
-    if layout.data_parallel_size > 1 and "data-parallel-size" not in user:
-        cmd += ["--data-parallel-size", str(layout.data_parallel_size)]
+    dp = data_parallel_size(len(layout.inference), cfg.args)
+    if dp > 1 and "data-parallel-size" not in user:
+        cmd += ["--data-parallel-size", str(dp)]
     if layout.colocated and "gpu-memory-utilization" not in user:
         cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization or DEFAULT_COLOCATED_GPU_MEMORY)]
     elif cfg.gpu_memory_utilization is not None and "gpu-memory-utilization" not in user:
@@ -292,6 +293,11 @@ class VLLMServer:
     def start(self) -> "VLLMServer":
         if self.proc is not None:
             return self
+        from verifiers_rl.plan.hardware import check_vllm_version, vllm_version
+
+        problem = check_vllm_version(vllm_version(self.python))
+        if problem:
+            raise VLLMLaunchError(f"{problem} (server Python: {self.python})")
         Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab", buffering=0)
         self._log_file.write(("$ " + " ".join(self.command()) + "\n").encode())

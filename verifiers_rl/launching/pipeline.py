@@ -224,6 +224,8 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     model = _tiny_model(cfg, console)
     env, sub_envs = _training_envs(cfg, load_environment)
     model = _warmup(cfg, env, model, console)
+    if plan is not None and plan.precision and rl_kwargs.get("bf16") is None:
+        rl_kwargs = {**rl_kwargs, "bf16": plan.precision["train"] == "bf16"}  # decided once, by the plan
     args = build_rl_config(rl_kwargs)
     trainer = _trainer(plan, model, env, args)
     from verifiers_rl.launching.ranks import clear_marker

