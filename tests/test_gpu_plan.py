@@ -101,7 +101,8 @@ for name, argv in json.load(sys.stdin).items():
         ns = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
         validate_parsed_serve_args(ns)
         out[name] = {"dtype": ns.dtype, "enable_lora": bool(ns.enable_lora), "dp": ns.data_parallel_size,
-                     "tp": ns.tensor_parallel_size, "model": ns.model}
+                     "tp": ns.tensor_parallel_size, "model": ns.model,
+                     "weight_transfer": getattr(ns.weight_transfer_config, "backend", None)}
     except BaseException as e:
         out[name] = {"error": f"{type(e).__name__}: {e}"}
 print(json.dumps(out))
@@ -120,6 +121,13 @@ def test_planned_server_commands_pass_vllms_own_parser(tmp_path, monkeypatch):
                          out=tmp_path / "tp")
     plan = _plan(resolved, 5)
     commands["tp2xdp2"] = server_command(resolved.cfg, plan, str(resolved.output_dir), python="python")[0][3:]
+    # full fine-tuning on a shared GPU: vLLM's CUDA-IPC weight transfer (the plan picks it when vllm is importable)
+    from verifiers_rl.inference.vllm_server import VLLMServerConfig, build_command, build_env
+
+    ipc = VLLMServerConfig(model="m", gpus=1, trainer_gpus=1, colocate=True, weight_transfer="ipc",
+                           args={"dtype": "bfloat16"})
+    commands["ipc"] = build_command(ipc, "python", 8000)[3:]
+    assert build_env(ipc, "python", base={})["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
     proc = subprocess.run([_vllm_python(), "-c", PARSE], input=json.dumps(commands), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -131,6 +139,7 @@ def test_planned_server_commands_pass_vllms_own_parser(tmp_path, monkeypatch):
             assert got["dtype"] in ("bfloat16", "float16"), (name, got)
     assert parsed["tp2xdp2"]["tp"] == 2 and parsed["tp2xdp2"]["dp"] == 2
     assert parsed["math-python@8"]["dp"] == 6
+    assert parsed["ipc"]["weight_transfer"] == "ipc"
 
 
 def test_devices_map_through_the_parents_visible_list(tmp_path, monkeypatch):
@@ -236,7 +245,7 @@ def test_a_scripts_server_goes_beside_the_trainer_never_on_its_gpu_at_vllms_defa
                            vllm_server_port=None, local_async=False, use_lora=False, vllm_weight_transfer="auto",
                            vllm_weight_transfer_host=None)
     one = inference_plan_for(args, cuda=True, trainer_devices=[0], visible=1)
-    assert one.colocated and one.server_gpus == [0] and one.weight_sync != "nccl"  # NCCL can't share a GPU
+    assert one.colocated and one.server_gpus == [0] and one.weight_sync in ("ipc", "disk")  # NCCL can't share one
     two = inference_plan_for(args, cuda=True, trainer_devices=[0], visible=2)
     assert not two.colocated and two.server_gpus == [1]
     cpu = inference_plan_for(args, cuda=False)

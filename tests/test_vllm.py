@@ -112,7 +112,9 @@ def test_split_layout_inference_gpus_first_trainer_after():
     assert layout.trainer == (2, 3)
     # explicit device lists
     layout = plan_gpus([2, 3], [0, 1])
-    assert layout.inference_env() == {"CUDA_VISIBLE_DEVICES": "2,3"} and layout.data_parallel_size == 2
+    assert layout.inference_env() == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    dp2 = build_command(VLLMServerConfig(model="/m", gpus=[2, 3]), "py", 9000, layout)
+    assert dp2[dp2.index("--data-parallel-size") + 1] == "2"
     with pytest.raises(VLLMLaunchError, match="overlap"):
         plan_gpus([0, 1], [1, 2])
     with pytest.raises(VLLMLaunchError, match="only 2 GPU"):
@@ -176,7 +178,11 @@ def test_weight_transfer_choice():
     assert pick(cuda=False) == pick(vllm=False) == "disk"
     assert pick(lora=True) == "lora"
     assert resolve_transfer("auto", use_lora=False, cuda=True, vllm_in_trainer=True, urls=[], transfer_host=None,
-                            shared_gpu=True) == "disk"  # colocated: NCCL can't pair two processes on one GPU
+                            shared_gpu=True) == "ipc"  # colocated: NCCL can't pair two processes on one GPU
+    assert resolve_transfer("auto", use_lora=False, cuda=True, vllm_in_trainer=False, urls=[], transfer_host=None,
+                            shared_gpu=True) == "disk"
+    with pytest.raises(ValueError, match="needs the server on the trainer's GPU"):
+        pick("ipc")
     with pytest.raises(ValueError, match="shares the trainer's GPU"):
         resolve_transfer("nccl", use_lora=False, cuda=True, vllm_in_trainer=True, urls=[], transfer_host=None,
                          shared_gpu=True)
@@ -189,7 +195,7 @@ def test_weight_transfer_choice():
 
 
 def test_rl_config_refuses_a_weight_transfer_that_cannot_work_here(tmp_path):
-    with pytest.raises(ValueError, match="is not one of auto, nccl, gloo, disk"):
+    with pytest.raises(ValueError, match="is not one of auto, nccl, gloo, ipc, disk"):
         vf.RLConfig(output_dir=str(tmp_path), vllm_weight_transfer="shm")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="needs a CUDA GPU in the trainer"):

@@ -92,7 +92,7 @@ class VLLMBackend(Inference):
         try:
             base_name = base_name or _served_base_model(client)
             sync_dir, own = _sync_dir(cfg, args)
-            weight_sync = _weight_sync(plan, client, base_name, sync_dir, is_main)
+            weight_sync = _weight_sync(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
             # Bring the servers to the policy now: a policy resumed from an adapter (non-zero B) or changed in
             # memory would otherwise roll out step 0 with other weights. Fails fast if the sync route is missing.
             weight_sync.sync(model, 0)
@@ -128,11 +128,19 @@ class VLLMBackend(Inference):
 
 
 _SYNC_NAMES = {"lora": "LoRA adapter hot-swap", "nccl": "vLLM's native weight transfer over NCCL",
-               "gloo": "vLLM's native weight transfer over gloo (TCP)", "disk": "safetensors + reload_weights"}
+               "gloo": "vLLM's native weight transfer over gloo (TCP)",
+               "ipc": "vLLM's native weight transfer over CUDA IPC (the server shares the trainer's GPU)",
+               "disk": "safetensors + reload_weights"}
 
 
 def _start_server(cfg: VLLMServerConfig) -> VLLMServer:
     server = VLLMServer(cfg)
+    if cfg.weight_transfer in ("nccl", "ipc"):  # both sides' torch/NCCL builds must match, or the group hangs
+        from verifiers_rl.inference.weight_transfer import check_nccl_compat
+
+        problem = check_nccl_compat(server.python)
+        if problem:
+            raise VLLMLaunchError(f"vllm_weight_transfer={cfg.weight_transfer!r}: {problem}")
     logger.info("starting vLLM: %s (log: %s)", " ".join(server.command()), server.log_path)
     print(f"vLLM: starting {server.url} with {server.python} (log: {server.log_path})", flush=True)
     server.start()
@@ -140,13 +148,16 @@ def _start_server(cfg: VLLMServerConfig) -> VLLMServer:
     return server
 
 
-def _weight_sync(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, is_main: bool) -> Any:
-    """The plan's weight sync: LoRA hot-swap, vLLM's native transfer, or a reload from disk."""
+def _weight_sync(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, is_main: bool,
+                 timeout: float) -> Any:
+    """The plan's weight sync: LoRA hot-swap, vLLM's native transfer (bounded by `timeout`: generation_timeout),
+    or a reload from disk."""
     if plan.weight_sync == "lora":
         return LoRAHotSwap(client, sync_dir, base_model_name=base_name, is_main_process=is_main)
     if plan.weight_sync in NATIVE:
         return NativeWeightTransfer(client, base_name, plan.weight_sync,
-                                    master_address=plan.transfer_host or "127.0.0.1", is_main_process=is_main)
+                                    master_address=plan.transfer_host or "127.0.0.1", is_main_process=is_main,
+                                    timeout=timeout)
     return FullWeightReload(client, sync_dir, served_model_name=base_name, is_main_process=is_main)
 
 

@@ -103,7 +103,7 @@ class VLLMServerConfig:
     timeout: float = 300.0
     env: dict[str, str] = field(default_factory=dict)
     sync_dir: str | None = None
-    weight_transfer: str | None = None  # 'nccl' / 'gloo': vLLM's native weight transfer (weight_transfer.py)
+    weight_transfer: str | None = None  # 'nccl' / 'gloo' / 'ipc': vLLM's native weight transfer (weight_transfer.py)
 
     def layout(self, available: int | None = None) -> GPULayout:
         return plan_gpus(self.gpus, self.trainer_gpus, available=available, colocate=self.colocate)
@@ -129,7 +129,7 @@ def build_command(cfg: VLLMServerConfig, python: str, port: int, layout: GPULayo
             cmd.append("--enable-lora")
         if "max-lora-rank" not in user:
             cmd += ["--max-lora-rank", str(vllm_lora_rank(cfg.max_lora_rank))]
-    if cfg.weight_transfer in ("nccl", "gloo") and "weight-transfer-config" not in user:
+    if cfg.weight_transfer in ("nccl", "gloo", "ipc") and "weight-transfer-config" not in user:
         cmd += ["--weight-transfer-config", json.dumps({"backend": cfg.weight_transfer})]
     if "worker-extension-cls" not in user:
         # ours: the gloo weight-transfer backend, and the tied-head refresh after weight updates on CPU
@@ -160,6 +160,8 @@ def build_env(cfg: VLLMServerConfig, python: str, layout: GPULayout | None = Non
             env.pop(k, None)
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     env["VLLM_SERVER_DEV_MODE"] = "1"
+    if cfg.weight_transfer == "ipc":  # the IPC engine's handles arrive pickled over HTTP (bound to 127.0.0.1)
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
     layout = layout or cfg.layout()
     env.update(layout.inference_env())

@@ -13,12 +13,21 @@ Transports (`RLConfig.vllm_weight_transfer`):
 - `gloo`: our backend for CPU servers (`vllm_worker/vf_gloo_transfer.py`, loaded into the server with
   `--worker-extension-cls`); the same protocol over TCP.
 `disk` (safetensors + `reload_weights`, `vllm_sync.FullWeightReload`) is the fallback that works everywhere.
+
+vLLM's NCCL engine has no timeout (a server that dies mid-transfer leaves the broadcast waiting forever): `bounded`
+runs its init and each send on a daemon thread and waits for it in short polls, asking the server's status on each,
+so a dead server is reported within a poll and a hung transfer after the transfer's timeout, as one line.
+`check_nccl_compat` compares the trainer's torch / NCCL with the server Python's before a launch.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import logging
+import pickle
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +42,10 @@ from verifiers_rl.plan.transfer import NATIVE
 
 logger = logging.getLogger(__name__)
 
+POLL_S = 0.5  # how often a waiting NCCL transfer asks whether its server is still there
+TIMEOUT_SETTING = "generation_timeout"  # the RLConfig setting the transfer's timeout comes from (vllm_backend.py)
+DISK_HINT = "check the server's log, or use vllm_weight_transfer='disk'"
+
 
 class ServerControl:
     """vLLM's weight-sync control plane for one server (the four-method `VLLMWeightSyncClient` protocol, plus
@@ -42,10 +55,25 @@ class ServerControl:
     def __init__(self, client: VLLMClient, idx: int, timeout: float):
         self.client, self.idx, self.timeout = client, idx, timeout
         self.root = client.roots[idx]
+        self.failed: str | None = None  # the last rendezvous request that failed (a server given by URL, too)
 
     def status(self) -> str | None:
         """Why the server is gone (a server we launched), or None."""
         return self.client._status(self.idx)
+
+    def gone(self) -> str | None:
+        """Why the transfer's other side is not coming: the server exited, or a request it had to answer
+        failed; None while neither is known."""
+        return self.status() or self.failed
+
+    def _rendezvous(self, path: str, payload: dict) -> Any:
+        """A request the server answers only once the broadcast is through: never retried; a failure is kept
+        for whoever waits on the broadcast."""
+        try:
+            return self._post(path, payload)
+        except Exception as e:
+            self.failed = " ".join(str(e).split())[:240] or type(e).__name__
+            raise
 
     def _post(self, path: str, payload: dict | None = None, retries: int = 0) -> Any:
         return self.client.post(self.idx, path, payload, what="weight transfer", timeout=self.timeout,
@@ -60,7 +88,7 @@ class ServerControl:
                                    "--weight-transfer-config, or use vllm_weight_transfer='disk'") from None
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
-        self._post("/init_weight_transfer_engine", {"init_info": init_info})
+        self._rendezvous("/init_weight_transfer_engine", {"init_info": init_info})
 
     def shutdown_weight_transfer_engine(self) -> None:
         self._post("/shutdown_weight_transfer_engine", retries=1)
@@ -69,7 +97,7 @@ class ServerControl:
         self._post("/start_weight_update")
 
     def update_weights(self, update_info: dict) -> None:
-        self._post("/update_weights", {"update_info": update_info})
+        self._rendezvous("/update_weights", {"update_info": _json_safe(update_info)})
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self._post("/finish_weight_update", {"weight_version": weight_version} if weight_version else None)
@@ -171,27 +199,176 @@ def _init_error(control: ServerControl, err: BaseException) -> BaseException:
     return err
 
 
-class NCCLSender:
-    """Trainer side of vLLM's NCCL backend: vLLM's own trainer engine, driven through our control client."""
+def bounded(fn: Any, what: str, control: ServerControl, timeout: float, poll: float = POLL_S) -> Any:
+    """`fn()` on a daemon thread, waited for in polls of `poll` s for at most `timeout` s; each poll asks whether
+    the server is gone. Returns fn's result; a one-line ModelServerError when it raises, the server is gone, or
+    the time is up (the thread is then left blocked: a daemon, it does not hold the process's exit)."""
+    done: dict[str, Any] = {}
 
-    def __init__(self, control: ServerControl, master_address: str, world_size: int, model: Any):
+    def run() -> None:
+        try:
+            done["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - reported on the waiting thread
+            done["error"] = e
+
+    control.failed = None
+    worker = threading.Thread(target=run, name=f"vf-nccl-{what.split()[0]}", daemon=True)
+    worker.start()
+    deadline = time.monotonic() + timeout
+    while True:
+        worker.join(min(poll, max(deadline - time.monotonic(), 0.0)))
+        if not worker.is_alive():
+            break
+        note = control.gone()
+        if note:
+            raise ModelServerError(f"weight transfer (nccl): {what} to {control.root} stopped: {note}; {DISK_HINT}")
+        if time.monotonic() >= deadline:
+            raise ModelServerError(f"weight transfer (nccl): {what} to {control.root} did not finish in {timeout:g} s "
+                                   f"(the server is up but NCCL has no timeout of its own); {DISK_HINT}, or raise "
+                                   f"{TIMEOUT_SETTING}")
+    if "error" in done:
+        e = done["error"]
+        if isinstance(e, ModelServerError):
+            raise ModelServerError(" ".join(str(e).split())) from None
+        note = control.gone()
+        raise ModelServerError(f"weight transfer (nccl): {what} to {control.root} failed ({type(e).__name__}: "
+                               f"{' '.join(str(e).split())[:160]})" + (f"; {note}" if note else "")
+                               + f"; {DISK_HINT}") from None
+    return done.get("result")
+
+
+def _on_this_device(fn: Any) -> Any:
+    """`fn` run on another thread with this thread's CUDA device (a new thread starts on cuda:0; vLLM opens its
+    communicator on the current device)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return fn
+    index = torch.cuda.current_device()
+
+    def run() -> Any:
+        torch.cuda.set_device(index)
+        return fn()
+
+    return run
+
+
+class NCCLSender:
+    """Trainer side of vLLM's NCCL backend: vLLM's own trainer engine, driven through our control client. Its init
+    and each send are `bounded` by `timeout` (and end within a poll when the server is gone)."""
+
+    def __init__(self, control: ServerControl, master_address: str, world_size: int, model: Any,
+                 timeout: float = 600.0, poll: float = POLL_S):
         from vllm.distributed.weight_transfer.base import ModuleSource
         from vllm.distributed.weight_transfer.nccl_engine import (
             NCCLTrainerInitInfo,
             NCCLTrainerWeightTransferEngine,
         )
 
-        self.control = control
+        self.control, self.timeout, self.poll = control, timeout, poll
+        self.broken = False  # a send that failed or hung: the communicator is unusable
         info = NCCLTrainerInitInfo(master_address=master_address, master_port=free_port(master_address),
                                    world_size=world_size, rank=0)
-        self.engine = NCCLTrainerWeightTransferEngine.trainer_init(info, client=control, source=ModuleSource(model))
+        self.engine = bounded(_on_this_device(lambda: NCCLTrainerWeightTransferEngine.trainer_init(
+            info, client=control, source=ModuleSource(model))), "opening the NCCL group", control, timeout, poll)
 
     def send(self, model: Any, version: int) -> None:
-        self.engine.send_weights()  # start → update ∥ broadcast → finish
+        try:  # start → update ∥ broadcast → finish
+            bounded(_on_this_device(self.engine.send_weights), "sending the weights", self.control, self.timeout,
+                    self.poll)
+        except ModelServerError:
+            self.broken = True
+            raise
+        self.control.update_weight_version(str(version))
+
+    def close(self) -> None:
+        self.engine.shutdown()  # vLLM aborts the communicator (ncclCommAbort, waited on for at most 5 s)
+
+
+IPC_SERVER_ENV = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}  # the server reads pickled IPC handles (127.0.0.1 only)
+
+
+def _json_safe(update_info: dict) -> dict:
+    """An update's CUDA IPC handles (tuples of non-JSON objects) as the base64 pickle vLLM's HTTP route reads."""
+    if update_info.get("ipc_handles") is None:
+        return update_info
+    out = {k: v for k, v in update_info.items() if k != "ipc_handles"}
+    out["ipc_handles_pickled"] = base64.b64encode(pickle.dumps(update_info["ipc_handles"])).decode()
+    return out
+
+
+class IPCSender:
+    """Trainer side of vLLM's CUDA-IPC engine (vLLM 0.32+): full fine-tuning with the server on the trainer's own
+    GPU, where NCCL can't join two processes and a disk reload writes the whole model every step. The trainer
+    exports a CUDA IPC handle per parameter; the server's workers map those tensors and load them, no host copy.
+    Needs vllm in the trainer (`uv sync --extra vllm`); not run here (no CUDA)."""
+
+    def __init__(self, control: ServerControl, model: Any, timeout: float = 600.0, poll: float = POLL_S):
+        from vllm.distributed.weight_transfer.base import ModuleSource
+        from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo, IPCTrainerWeightTransferEngine
+
+        self.control, self.timeout, self.poll = control, timeout, poll
+        info = IPCTrainerInitInfo(rank=0)
+        self.engine = bounded(_on_this_device(lambda: IPCTrainerWeightTransferEngine.trainer_init(
+            info, client=control, source=ModuleSource(model))), "opening the IPC transfer", control, timeout, poll)
+
+    def send(self, model: Any, version: int) -> None:
+        bounded(_on_this_device(self.engine.send_weights), "sending the weights over CUDA IPC", self.control,
+                self.timeout, self.poll)
         self.control.update_weight_version(str(version))
 
     def close(self) -> None:
         self.engine.shutdown()
+
+
+def _torch_versions() -> tuple[str, str | None]:
+    """This Python's torch version and, with CUDA, its NCCL version (major.minor.patch)."""
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        v = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else None  # an int: torch < 1.13, not told apart
+    return torch.__version__, nccl
+
+
+_SERVER_VERSIONS = """import json, torch
+try:
+    v = torch.cuda.nccl.version()
+    nccl = ".".join(map(str, v)) if isinstance(v, tuple) else None
+except Exception:
+    nccl = None
+print(json.dumps({"torch": torch.__version__, "nccl": nccl}))
+"""
+
+
+def _major_minor(version: str | None) -> tuple[str, ...] | None:
+    return tuple(version.split("+")[0].split(".")[:2]) if version else None
+
+
+def check_nccl_compat(server_python: str, timeout: float = 30.0) -> str | None:
+    """Before an NCCL weight transfer: one line naming the mismatch and the fix when the trainer's and the server
+    Python's NCCL (major.minor) or torch (major.minor) differ; None when they match or it can't tell (that Python
+    does not answer within `timeout` s, or has no torch)."""
+    try:
+        r = subprocess.run([server_python, "-c", _SERVER_VERSIONS], capture_output=True, text=True, timeout=timeout)
+        theirs = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        theirs = None
+    if not isinstance(theirs, dict) or not theirs.get("torch"):
+        return None
+    torch_v, nccl_v = _torch_versions()
+    server = f"the vLLM server's Python ({server_python})"
+    fix = (f"install torch {theirs['torch'].split('+')[0]} (the one that vLLM pins) in the trainer's Python, or use "
+           "vllm_weight_transfer='disk'")
+    if _major_minor(nccl_v) and _major_minor(theirs.get("nccl")) and \
+            _major_minor(nccl_v) != _major_minor(theirs["nccl"]):
+        return (f"weight transfer (nccl): the trainer has NCCL {nccl_v} (torch {torch_v}) but {server} has NCCL "
+                f"{theirs['nccl']} (torch {theirs['torch']}); {fix}")
+    if _major_minor(torch_v) != _major_minor(theirs["torch"]):
+        return (f"weight transfer (nccl): the trainer runs torch {torch_v} but {server} runs torch {theirs['torch']} "
+                f"(the NCCL builds must match); {fix}")
+    return None
 
 
 class NativeWeightTransfer(WeightSync):
@@ -219,9 +396,12 @@ class NativeWeightTransfer(WeightSync):
 
     def _connect(self, model: Any) -> None:
         for control in self.controls:
+            if self.backend == "ipc":  # no process group: handles over HTTP
+                self.senders.append(IPCSender(control, model, self.timeout))
+                continue
             world = 1 + control.world_size()  # the trainer (rank 0) + the server's workers
             if self.backend == "nccl":
-                self.senders.append(NCCLSender(control, self.master_address, world, model))
+                self.senders.append(NCCLSender(control, self.master_address, world, model, self.timeout))
             else:
                 self.senders.append(GlooSender(control, self.master_address, world, self.timeout))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-TRANSFERS = ("auto", "nccl", "gloo", "disk")
-NATIVE = ("nccl", "gloo")
+TRANSFERS = ("auto", "nccl", "gloo", "ipc", "disk")
+NATIVE = ("nccl", "gloo", "ipc")  # vLLM's native weight transfer backends (weight_transfer.py)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -15,16 +15,21 @@ def is_loopback(url: str) -> bool:
 
 def resolve_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer: bool, urls: list[str],
                      transfer_host: str | None, shared_gpu: bool = False) -> str:
-    """How full weights reach vLLM servers: 'nccl', 'gloo' or 'disk' ('lora' with use_lora: adapters hot-swap).
+    """How full weights reach vLLM servers: 'nccl', 'gloo', 'ipc' or 'disk' ('lora' with use_lora: adapters
+    hot-swap).
 
-    'auto': nccl when the trainer has CUDA and vLLM, a GPU of its own (NCCL can't join two processes on one
-    device), and the servers can reach it (launched here, on this machine, or `vllm_weight_transfer_host` set);
-    else disk. Raises ValueError (one line) for an explicit choice these servers can't take."""
+    'auto': with CUDA and vLLM in the trainer, nccl when the trainer has a GPU of its own and the servers can reach
+    it (launched here, on this machine, or `vllm_weight_transfer_host` set), ipc (CUDA IPC handles, vLLM 0.32+)
+    when the server shares the trainer's GPU (NCCL can't join two processes on one device); else disk. Raises
+    ValueError (one line) for an explicit choice these servers can't take."""
     if use_lora:
         return "lora"
+    if choice == "ipc" and not shared_gpu:
+        raise ValueError("vllm_weight_transfer='ipc' maps the trainer's GPU memory into the server: it needs the "
+                         "server on the trainer's GPU (one GPU, colocated); use 'nccl' (or 'auto')")
     if choice == "nccl" and shared_gpu:
         raise ValueError("vllm_weight_transfer='nccl': the server shares the trainer's GPU and NCCL can't connect "
-                         "two processes on one device; use 'disk' (or 'auto')")
+                         "two processes on one device; use 'ipc' or 'disk' (or 'auto')")
     remote = [u for u in urls if not is_loopback(u)]
     if choice in NATIVE and remote and not transfer_host:
         raise ValueError(f"vllm_weight_transfer={choice!r} with servers on other machines ({remote[0]}): set "
@@ -32,7 +37,9 @@ def resolve_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer
     if choice != "auto":
         return choice
     reachable = not remote or bool(transfer_host)
-    return "nccl" if cuda and vllm_in_trainer and reachable and not shared_gpu else "disk"
+    if not (cuda and vllm_in_trainer):
+        return "disk"
+    return "ipc" if shared_gpu else "nccl" if reachable else "disk"
 
 
 def check_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer: bool) -> str | None:
@@ -42,9 +49,9 @@ def check_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer: 
     if use_lora:
         return (f"vllm_weight_transfer={choice!r} is for full fine-tuning; with use_lora=True the adapter is "
                 "hot-swapped into vLLM: remove vllm_weight_transfer")
-    if choice == "nccl" and not cuda:
-        return "vllm_weight_transfer='nccl' needs a CUDA GPU in the trainer; use 'gloo' or 'disk' (or 'auto')"
-    if choice == "nccl" and not vllm_in_trainer:
-        return ("vllm_weight_transfer='nccl' needs vllm importable in the trainer's Python (`pip install vllm`); "
-                "or use 'disk' (or 'auto')")
+    if choice in ("nccl", "ipc") and not cuda:
+        return f"vllm_weight_transfer={choice!r} needs a CUDA GPU in the trainer; use 'gloo' or 'disk' (or 'auto')"
+    if choice in ("nccl", "ipc") and not vllm_in_trainer:
+        return (f"vllm_weight_transfer={choice!r} needs vllm importable in the trainer's Python (`uv sync --extra "
+                "vllm`, or `pip install vllm`); or use 'disk' (or 'auto')")
     return None

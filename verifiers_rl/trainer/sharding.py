@@ -12,6 +12,13 @@ generate different numbers of tokens. `ShardedPolicy.full` is an unsharded copy 
 generation (local engine) and is what the weight sync sends; `refresh` gathers the trained parameters into it after
 each optimizer step (every rank, same order: the same collectives everywhere). With LoRA only the adapter is
 gathered (the frozen base never changes).
+
+Devices: the model is moved to the rank's device (`args.device`, cuda:LOCAL_RANK under torchrun on GPUs) before the
+copy and before sharding, so the shards, the copy and what the weight sync reads all live there (on GPUs the Trainer
+leaves the model on the CPU when accelerate takes FSDP; a CPU copy per rank is what this avoids). On the CPU nothing
+moves. The CPU path is tested (tests/test_sharding_devices.py); CUDA is checked by benchmarks/gpu_check.py.
+Under vLLM only rank 0's copy is ever sent, but every rank keeps one: resuming (`load_full_into_shards`) reads it on
+every rank, and the sharding is decided before the trainer's inference plan exists.
 """
 
 from __future__ import annotations
@@ -80,8 +87,11 @@ def _bypass_ddp(accelerator: Any) -> None:
 class ShardedPolicy:
     """The unsharded copy that generation and the weight sync use, and how to bring it up to date."""
 
-    def __init__(self, model: Any, trainable_only: bool, applied: bool, layers: int):
+    def __init__(self, model: Any, trainable_only: bool, applied: bool, layers: int, device: Any = None):
+        # `model` is already on `device` (shard_policy): the copy is made there, never a CPU copy on a CUDA run
         self.full = copy.deepcopy(model).eval().requires_grad_(False)
+        if device is not None:
+            self.full.to(device)  # a no-op when the model was there
         self.trainable_only = trainable_only
         self.applied = applied  # fully_shard applied here (not by accelerate)
         self.layers = layers
@@ -100,6 +110,39 @@ class ShardedPolicy:
                 mine[name].copy_(t)
 
 
+def rank_device(args: Any) -> Any:
+    """The torch.device this rank trains on (`args.device`: cpu, or cuda:LOCAL_RANK under torchrun on GPUs)."""
+    import torch
+
+    return torch.device(args.device)
+
+
+def _on(device: Any, t: Any) -> bool:
+    """`t` is on `device` (torchrun's CPU ranks name theirs cpu:0; CPU tensors say cpu)."""
+    return t.device.type == device.type and (device.type == "cpu" or device.index is None
+                                             or t.device.index == device.index)
+
+
+def move_to_device(model: Any, device: Any) -> bool:
+    """Move `model` to `device` when a parameter or buffer is elsewhere; True when it moved (on the CPU, nothing
+    does)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    if all(_on(device, t) for t in tensors):
+        return False
+    model.to(device)
+    return True
+
+
+def _check_world(world: int) -> None:
+    """Sharding needs a process group (torchrun): several processes, or one (a mesh of 1, e.g. one GPU)."""
+    import torch.distributed as dist
+
+    if world < 2 and not (dist.is_available() and dist.is_initialized()):
+        raise ConfigError("fsdp: sharding needs torchrun's process group; start training with torchrun "
+                          "--nproc_per_node N (1 included; vf-rl: [trainer] processes = N on the CPU, gpus = N on GPUs) "
+                          "or drop fsdp")
+
+
 def shard_policy(trainer: Any) -> ShardedPolicy | None:
     """Apply FSDP2 when the RLConfig asks for it; None without FSDP. One-line ConfigError for what is not
     supported."""
@@ -111,16 +154,16 @@ def shard_policy(trainer: Any) -> ShardedPolicy | None:
         raise ConfigError(f"fsdp_config.version = {version}: only FSDP2 is supported; set fsdp_config = "
                           '{"version": 2}')
     world = args.world_size
-    if world < 2:
-        raise ConfigError("fsdp: sharding needs several training processes; start them with torchrun "
-                          "(vf-rl: [trainer] processes = N on the CPU, gpus = N on GPUs) or drop fsdp")
+    _check_world(world)
     model = trainer.model
     accelerate_shards = bool(getattr(trainer, "is_fsdp_enabled", False))
+    device = rank_device(args)
+    move_to_device(model, device)  # before the copy and fully_shard: both on this rank's device
     # The copy is taken before sharding: a plain module whose forward makes no collectives.
-    policy = ShardedPolicy(model, trainable_only=bool(args.use_lora), applied=not accelerate_shards, layers=0)
+    policy = ShardedPolicy(model, trainable_only=bool(args.use_lora), applied=not accelerate_shards, layers=0,
+                           device=device)
     if not accelerate_shards:
-        device = args.device.type if hasattr(args.device, "type") else str(args.device)
-        policy.layers = apply_fully_shard(model, device, world)
+        policy.layers = apply_fully_shard(model, device.type, world)
         _bypass_ddp(trainer.accelerator)
     return policy
 
@@ -128,7 +171,7 @@ def shard_policy(trainer: Any) -> ShardedPolicy | None:
 def describe(policy: ShardedPolicy | None, world: int) -> str:
     """One line for the console: how many processes and which sharding."""
     if world <= 1:
-        return "training: 1 process"
+        return "training: 1 process" + (", FSDP2 (a mesh of 1: the whole model on this rank)" if policy else "")
     if policy is None:
         return f"training: {world} processes, data parallel (DDP: full weights on every rank)"
     return (f"training: {world} processes, FSDP2 (fully_shard on {policy.layers} decoder layers + the root: each "
