@@ -61,14 +61,16 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
         peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha,
                                  target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
     data = Dataset.from_list([tokenize_row(r, tokenizer, settings.max_length) for r in rows])
+    # transformers 5.18+ names it activation_checkpointing (the old name warns on every construction); older: gradient_
+    ckpt = "activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__ else \
+        "gradient_checkpointing"
     config = SFTConfig(
         output_dir=str(out), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
         per_device_train_batch_size=settings.batch_size, lr_scheduler_type=settings.lr_scheduler_type,
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length,
         # TRL defaults to bf16 and gradient checkpointing even on CPU: off unless asked for.
-        # (activation_checkpointing: transformers 5's name; the old one warns on every construction)
-        bf16=settings.bf16, activation_checkpointing=settings.gradient_checkpointing, disable_tqdm=True,
+        bf16=settings.bf16, **{ckpt: settings.gradient_checkpointing}, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0)
     from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
