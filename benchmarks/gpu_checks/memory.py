@@ -2,8 +2,8 @@
 `policy_token_logprobs`, under bf16 autocast, then the optimizer step) on a Qwen3-4B-shaped random model built
 directly on the GPU in bf16 (nothing written to disk), LoRA-wrapped as configs/vf-rl/alphabet-sort.toml trains it
 (`load_policy` with that config's RLConfig), one micro-batch of its micro_batch_size rows of max_seq_len tokens
-(padded rows, no shared prompt: the worst case), activation checkpointing as the config says (on when it says
-nothing). PASS when the peak fits the trainer's share of an 80 GB GPU: all of it when the config gives the trainer
+(padded rows, no shared prompt: the worst case), activation checkpointing as the config says (RLConfig's default,
+off, when it says nothing), next to the plan's estimate for the same step (verifiers_rl/plan/memory.py). PASS when the peak fits the trainer's share of an 80 GB GPU: all of it when the config gives the trainer
 a GPU of its own (inference.gpus and trainer.gpus both set), else what a colocated vLLM server leaves."""
 
 from __future__ import annotations
@@ -108,14 +108,14 @@ def check(ctx: Ctx) -> Outcome:
     raw = tomllib.loads(CONFIG.read_text())
     targs = dict(raw.get("trainer", {}).get("args", {}))
     said = targs.get("gradient_checkpointing")
-    checkpointing = True if said is None else bool(said)
+    checkpointing = bool(said)  # RLConfig's default (off) when the config says nothing
     rows, seq = int(targs.get("micro_batch_size", 8)), int(targs.get("max_seq_len", 2048))
     if ctx.smoke:
         seq = min(seq, 64)
     limit, assumed = _budget(raw)
     print(f"  {CONFIG.relative_to(REPO)}: micro_batch_size {rows}, max_seq_len {seq}, use_lora "
           f"{targs.get('use_lora', True)}, gradient_checkpointing "
-          f"{'not set: assumed on' if said is None else said}; budget {limit / 1e9:.0f} GB: {assumed}")
+          f"{'not set: off (the default)' if said is None else said}; budget {limit / 1e9:.0f} GB: {assumed}")
     cuda_reset()
     t0 = time.perf_counter()
     model, args = _policy(ctx, targs)
@@ -129,6 +129,7 @@ def check(ctx: Ctx) -> Outcome:
     line = _measure(ctx, model, args, checkpointing, rows, seq, vocab)
     print("  " + line)
     peak = ctx.notes.pop("peak", None)
+    print("  " + _estimate({**shape, "vocab_size": vocab}, rows, seq, checkpointing, args))
     if ctx.check_left() > 30:  # the other setting, for the record
         print("  (for comparison) " + _measure(ctx, model, args, not checkpointing, rows, seq, vocab))
     del model
@@ -137,6 +138,16 @@ def check(ctx: Ctx) -> Outcome:
     if peak is None:
         raise CheckSkipped(f"no CUDA: the step ran on the CPU at toy size ({summary})")
     return Outcome("PASS" if peak <= limit else "FAIL", summary)
+
+
+def _estimate(shape: dict, rows: int, seq: int, checkpointing: bool, args: Any) -> str:
+    """What the plan's memory estimate says for this step (the dry run's figure), to compare with the peak."""
+    from verifiers_rl.plan.memory import GIB, shape_from_config, trainer_bytes
+
+    parts = trainer_bytes(shape_from_config({**shape, "max_position_embeddings": 4096}), use_lora=True, half=True,
+                          tokens=rows * seq, checkpointing=checkpointing, lora_rank=int(args.lora_rank))
+    return (f"the plan's estimate for this step: {sum(parts.values()) / GIB:.2f} GiB ("
+            + ", ".join(f"{k} {v / GIB:.2f}" for k, v in parts.items()) + ")")
 
 
 def torch_allocated() -> float | None:
