@@ -1,10 +1,13 @@
 """The local engine served as an OpenAI-compatible HTTP endpoint on 127.0.0.1, when asked.
 
 The trainer itself calls the engine in-process; this endpoint is for code that can only take a URL: judges and
-agents inside environments, or a real verifiers environment given a `ClientConfig(api_base_url=...)`. Routes:
+agents inside environments, a real verifiers environment given a `ClientConfig(api_base_url=...)`, or a verifiers
+0.4 (v1) environment given a `TrainClientConfig(base_url=srv.base_url, ...)`. Routes:
 `POST /v1/chat/completions` (the engine's vLLM-shaped response: `prompt_token_ids`, per-choice `token_ids`,
-logprobs), `GET /v1/models`, `GET /health`. Bad requests answer 400 with OpenAI's error body, so the openai
-client raises `BadRequestError` as it would against vLLM. Streaming is not offered.
+logprobs), `POST /inference/v1/generate` (vLLM's tokens-in / tokens-out route, `generate_route`), `GET /v1/models`
+(with `max_model_len`: the context a request may fill), `GET /health`. Bad requests answer 400 with OpenAI's
+error body (one line), so the openai client raises `BadRequestError` as it would against vLLM. Streaming is not
+offered.
 
 Requests run on one private event loop (the engine batches concurrent requests per loop); the HTTP side is a
 stdlib threading server, so nothing beyond the standard library is needed.
@@ -72,8 +75,28 @@ class LocalHTTPServer:
         fut = asyncio.run_coroutine_threadsafe(self.engine.chat_completion(**body), self._loop)
         return fut.result(timeout=self.timeout_s).model_dump(exclude_none=True)
 
+    def generate(self, body: Any, request_id: str | None = None) -> dict:
+        """One `/inference/v1/generate` call (token ids in, sampled token ids and logprobs out)."""
+        from verifiers_rl.inference.generate_route import generate
+
+        fut = asyncio.run_coroutine_threadsafe(generate(self.engine, body, request_id), self._loop)
+        return fut.result(timeout=self.timeout_s)
+
+    def models(self) -> dict:
+        from verifiers_rl.inference.local_openai import engine_context
+
+        card: dict[str, Any] = {"id": self.engine.model_name, "object": "model", "owned_by": "verifiers-rl"}
+        ctx = engine_context(self.engine)
+        if ctx:
+            card["max_model_len"] = int(ctx)
+        return {"object": "list", "data": [card]}
+
+
+ROUTES = {"/v1/chat/completions": "complete", "/inference/v1/generate": "generate"}
+
 
 def _error(status: int, message: str, kind: str) -> dict:
+    message = " ".join(str(message).splitlines()).strip()  # one line, whatever raised it
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 
@@ -94,8 +117,7 @@ def _handler(server: LocalHTTPServer) -> type:
             if path == "/health":
                 self._send(200, {"status": "ok"})
             elif path == "/v1/models":
-                self._send(200, {"object": "list", "data": [
-                    {"id": server.engine.model_name, "object": "model", "owned_by": "verifiers-rl"}]})
+                self._send(200, server.models())
             else:
                 self._send(404, _error(404, f"no route {self.path}", "NotFoundError"))
 
@@ -103,15 +125,19 @@ def _handler(server: LocalHTTPServer) -> type:
             path = self.path.split("?")[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if path != "/v1/chat/completions":
-                self._send(404, _error(404, f"no route {self.path}; the local engine serves /v1/chat/completions",
+            route = ROUTES.get(path)
+            if route is None:
+                self._send(404, _error(404, f"no route {self.path}; the local engine serves {', '.join(ROUTES)}",
                                        "NotFoundError"))
                 return
             try:
                 body = json.loads(raw or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("the request body must be a JSON object")
-                self._send(200, server.complete(body))
+                if route == "generate":
+                    self._send(200, server.generate(body, self.headers.get("X-Request-Id")))
+                else:
+                    self._send(200, server.complete(body))
             except Exception as e:
                 # the engine's BadRequestError (status 400), bad JSON or arguments: 400; anything else: 500
                 status = getattr(e, "status_code", None) or (400 if isinstance(e, (ValueError, TypeError)) else 500)

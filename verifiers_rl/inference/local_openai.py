@@ -158,10 +158,21 @@ def context_length(model) -> int | None:
     return getattr(cfg, "max_position_embeddings", None)
 
 
+def engine_context(engine: Any) -> int | None:
+    """The context a request may fill: the model's max_position_embeddings, capped by the engine's
+    `max_model_len` (the run's max_seq_len) when set; what `/v1/models` reports as `max_model_len`."""
+    ctx = context_length(engine.model)
+    cap = getattr(engine, "max_model_len", None)
+    if cap:
+        ctx = min(ctx, cap) if ctx else cap
+    return ctx
+
+
 # ------------------------------------------------------------------------------------------------ request
 
 
-def _sampling(temperature, top_p, opt) -> Dist:
+def sampling_dist(temperature, top_p, opt) -> Dist:
+    """The distribution to sample from; `opt(name, default)` reads top_k, min_p and repetition_penalty."""
     temperature = 1.0 if temperature is None else float(temperature)
     top_p = 1.0 if top_p is None else float(top_p)
     top_k = int(opt("top_k", 0) or 0)
@@ -177,7 +188,7 @@ def _sampling(temperature, top_p, opt) -> Dist:
     return Dist(temperature, top_p, max(top_k, 0), min_p, rep)
 
 
-def _length_limits(prompt_len: int, ctx: int | None, requested, default_max: int, opt) -> tuple[int, int]:
+def length_limits(prompt_len: int, ctx: int | None, requested, default_max: int, opt) -> tuple[int, int]:
     """(max_new, min_tokens): max_tokens clamped to the room left in the context."""
     room = ctx - prompt_len if ctx else None
     if room is not None and room <= 0:
@@ -191,6 +202,14 @@ def _length_limits(prompt_len: int, ctx: int | None, requested, default_max: int
     if room is not None:
         max_new = min(max_new, room)
     return max_new, min(int(opt("min_tokens", 0) or 0), max_new)
+
+
+def new_token_limits(engine: Any, prompt_len: int, requested, opt) -> tuple[int, int]:
+    """(max_new, min_tokens) for a prompt on this engine: without max_tokens, a reply may use the rest of
+    `max_model_len` (or `default_max_tokens` when the engine has no cap)."""
+    ctx = engine_context(engine)
+    default_max = engine.default_max_tokens if not getattr(engine, "max_model_len", None) else ctx
+    return length_limits(prompt_len, ctx, requested, default_max, opt)
 
 
 def make_request(
@@ -214,7 +233,7 @@ def make_request(
     n = 1 if n is None else int(n)
     if n < 1:
         raise bad_request(f"n must be >= 1, got {n}")
-    dist = _sampling(temperature, top_p, opt)
+    dist = sampling_dist(temperature, top_p, opt)
     if isinstance(stop, str):
         stop = [stop]
     stop_t = tuple(s for s in (stop or []) if s)
@@ -226,12 +245,7 @@ def make_request(
     tool_list = normalize_tools(tools)
     prompt_ids = encode(engine.tokenizer, msgs, tool_list, chat_kwargs)
     requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
-    ctx = context_length(engine.model)
-    cap = getattr(engine, "max_model_len", None)
-    if cap:
-        ctx = min(ctx, cap) if ctx else cap
-    default_max = engine.default_max_tokens if not cap else ctx  # clamped to the room left below
-    max_new, min_tokens = _length_limits(len(prompt_ids), ctx, requested, default_max, opt)
+    max_new, min_tokens = new_token_limits(engine, len(prompt_ids), requested, opt)
     return Request(
         prompt_ids=prompt_ids,
         dist=dist,
