@@ -12,6 +12,11 @@ is loaded, or on the first `import verifiers` when nothing decided earlier:
   copies, so `isinstance` holds across both names). No top-level `verifiers` package is shipped, so a real
   installation is never shadowed on disk.
 
+The hook never answers what only the real package has (`REAL_ONLY`: `verifiers.v1` and below, the whole of
+verifiers 0.4+, present since 0.2.1): with a real `verifiers` installed those paths are its modules, beside our
+classic `verifiers` (so a v1-only 0.4.x installed is reported, and classic environments still get ours); without
+one, one ImportError line names the extra that installs it.
+
 Looking the version up reads package metadata only; nothing heavy is imported here.
 """
 
@@ -29,6 +34,11 @@ from typing import Any, Iterable
 SETTING = "VF_VERIFIERS_RUNTIME"
 CHOICES = ("auto", "ours", "real")
 CLASSIC_RANGE = ">=0.2.1,<0.4"  # verifiers releases with the classic API that the real path drives
+V1_ONLY_RANGE = ">=0.4"  # verifiers releases whose `import verifiers` has no classic API: everything is verifiers.v1
+# verifiers' module paths that only the real package answers, never ours (its v1 stack; 0.4.0's wheel holds nothing
+# else but the root's __version__). A path below one of them (verifiers.v1.x) is found by the normal machinery.
+REAL_ONLY = ("verifiers.v1",)
+V1_INSTALL = "`uv sync --extra verifiers-v1` (pip: `pip install 'verifiers-rl[verifiers-v1]'`)"
 
 
 @dataclass(frozen=True)
@@ -36,11 +46,14 @@ class Runtime:
     name: str           # "ours" or "real"
     reason: str         # why, for the console line
     version: str | None = None  # the real package's version when it answers
+    v1: str | None = None  # with "ours": the version of an installed v1-only verifiers (it answers verifiers.v1)
 
     def describe(self) -> str:
         if self.name == "real":
             return f"verifiers runtime: real verifiers {self.version} ({self.reason})"
-        return f"verifiers runtime: ours, verifiers-rl's classic API ({self.reason})"
+        v1 = f"; installed verifiers {self.v1} answers `import verifiers.v1`" if self.v1 else ""
+        v1 = "" if self.v1 and self.v1 in self.reason else v1
+        return f"verifiers runtime: ours, verifiers-rl's classic API ({self.reason}{v1})"
 
 
 class RuntimeSettingError(ValueError):
@@ -71,11 +84,15 @@ def resolve_runtime(setting: str | None = None, env_requirements: Iterable[str] 
     choice = (setting or os.environ.get(SETTING) or "auto").strip().lower()
     if choice not in CHOICES:
         raise RuntimeSettingError(f"{SETTING}={choice!r}: choose one of {', '.join(CHOICES)}")
-    if choice == "ours":
-        return Runtime("ours", f"{SETTING}=ours" if not setting else "asked for")
     version = installed_verifiers_version()
+    v1 = version if version is not None and _in_range(version, V1_ONLY_RANGE) else None
+    if choice == "ours":
+        return Runtime("ours", f"{SETTING}=ours" if not setting else "asked for", v1=v1)
     if version is None:
         reason = "the real verifiers package is not installed"
+    elif v1:
+        reason = (f"installed verifiers {version} is v1-only, outside {CLASSIC_RANGE}: it answers "
+                  f"`import verifiers.v1`, classic `import verifiers` gets ours")
     elif not _in_range(version, CLASSIC_RANGE):
         reason = f"installed verifiers {version} is outside {CLASSIC_RANGE} (0.4+ has no classic API)"
     else:
@@ -87,7 +104,7 @@ def resolve_runtime(setting: str | None = None, env_requirements: Iterable[str] 
                                       f"`uv pip install 'verifiers{CLASSIC_RANGE}'` or use auto/ours")
         return Runtime("real", "asked for", version)
     if reason:
-        return Runtime("ours", reason)
+        return Runtime("ours", reason, v1=v1)
     return Runtime("real", f"installed, within {CLASSIC_RANGE}", version)
 
 
@@ -126,6 +143,8 @@ class VerifiersAlias(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != "verifiers" and not fullname.startswith("verifiers."):
             return None
+        if _real_only(fullname):
+            return _real_spec(fullname)
         runtime = _state["runtime"] or _decide_on_first_import()
         if runtime is None or runtime.name != "ours":
             return None  # the real package (or the normal "No module named") answers
@@ -139,6 +158,34 @@ class VerifiersAlias(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(module),
                                               is_package=hasattr(module, "__path__"))
         return spec
+
+
+def _real_only(fullname: str) -> bool:
+    return any(fullname == p or fullname.startswith(p + ".") for p in REAL_ONLY)
+
+
+def _ours(module: Any) -> bool:
+    return getattr(module, "__name__", "").startswith("verifiers_rl")
+
+
+def _real_spec(fullname: str) -> Any:
+    """A REAL_ONLY path: the real package's module, never ours. Below our `verifiers` root (the alias answered it)
+    the real package's directory is looked up on sys.path without running its __init__; under the real root, or
+    below a real `verifiers.v1`, the normal machinery finds it (None). Not there: one line naming the fix."""
+    parent = sys.modules.get(fullname.rpartition(".")[0])
+    if parent is not None and not _ours(parent):
+        return None
+    root = importlib.machinery.PathFinder.find_spec("verifiers")  # sys.path only: this hook is not consulted
+    places = root.submodule_search_locations if root is not None else None
+    spec = importlib.machinery.PathFinder.find_spec(fullname, list(places)) if places else None
+    if spec is None:
+        version = installed_verifiers_version()
+        where = (f"the installed verifiers {version} has none" if version else "the real verifiers package is not "
+                 "installed (verifiers-rl answers only the classic `import verifiers`)")
+        raise ModuleNotFoundError(f"No module named {fullname!r}: it is the real verifiers' v1 API "
+                                  f"(verifiers{V1_ONLY_RANGE}) and {where}; install it with {V1_INSTALL}",
+                                  name=fullname)
+    return spec
 
 
 _state: dict[str, Any] = {"runtime": None, "announced": False}
@@ -176,7 +223,10 @@ def activate(setting: str | None = None, env_requirements: Iterable[str] = ()) -
     imported it stays (a process cannot hold both); the decision then reports it."""
     runtime = resolve_runtime(setting, env_requirements)
     loaded = sys.modules.get("verifiers")
-    if loaded is not None and not getattr(loaded, "__name__", "").startswith("verifiers_rl"):
+    if loaded is not None and not _ours(loaded) and runtime.name == "ours" and runtime.v1:
+        _replace_v1_only_root()  # a v1-only root (`import verifiers.v1` came first): no classic API to keep
+        install_alias()
+    elif loaded is not None and not _ours(loaded):
         if runtime.name == "ours":
             runtime = Runtime("real", "already imported in this process", installed_verifiers_version())
     elif runtime.name == "ours":
@@ -185,6 +235,17 @@ def activate(setting: str | None = None, env_requirements: Iterable[str] = ()) -
         uninstall_alias()
     _state["runtime"] = runtime
     return runtime
+
+
+def _replace_v1_only_root() -> None:
+    """Our classic root in place of an imported v1-only real root (0.4's holds only `__version__`); the imported
+    `verifiers.v1` modules stay, reachable as attributes of ours too."""
+    del sys.modules["verifiers"]
+    ours = sys.modules["verifiers_rl"]
+    for name in REAL_ONLY:
+        module = sys.modules.get(name)
+        if module is not None and name.count(".") == 1:
+            setattr(ours, name.rpartition(".")[2], module)
 
 
 def current() -> Runtime:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import NoReturn
 
 from verifiers_rl.verbosity import debug, quiet_library_bars, take_debug_flag
 
-__all__ = ["fail", "note_offline_hub", "quiet_library_bars", "take_debug_flag"]
+__all__ = ["NAMES", "fail", "note_offline_hub", "program_name", "quiet_library_bars", "take_debug_flag"]
+
+# Each console script's historical name -> the name no verifiers release installs (pyproject's [project.scripts]
+# has both). verifiers installs vf-eval (0.2.1-0.4), vf-setup and vf-install (0.2.1-0.3.x) too: in a venv with it,
+# bin/vf-eval is whichever package was installed last.
+NAMES = {"vf-rl": "vfrl", "vf-eval": "vfrl-eval", "vf-sft": "vfrl-sft", "vf-tiny-model": "vfrl-tiny-model",
+         "vf-setup": "vfrl-setup", "vf-install": "vfrl-install"}
+# The distributions known to install console scripts of our names (their metadata is read only when one of our
+# historical names runs: a scan of every distribution's entry points costs 0.1-0.2 s per start).
+SHARE_NAMES = ("verifiers",)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -28,3 +38,33 @@ def note_offline_hub() -> None:
     note = go_offline_if_hub_unreachable()
     if note:
         print(f"note: {note}", file=sys.stderr, flush=True)
+
+
+def program_name(name: str) -> str:
+    """The name this command runs as, for its usage lines: `vf-eval` or `vfrl-eval` (`name` when started otherwise,
+    e.g. `python -m`). Running as a historical name that an installed verifiers also gives its own program, one line
+    on stderr says that verifiers-rl's answered and which name always does."""
+    invoked = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if invoked not in (name, NAMES[name]):
+        return name
+    if invoked == name:
+        others = _also_defined_by(invoked)
+        if others:
+            print(f"note: this {invoked} is verifiers-rl's; {' and '.join(others)} installs a {invoked} of its own "
+                  f"(a venv keeps whichever was installed last); {NAMES[name]} always runs verifiers-rl's",
+                  file=sys.stderr)
+    return invoked
+
+
+def _also_defined_by(script: str) -> list[str]:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    found = []
+    for dist_name in SHARE_NAMES:
+        try:
+            dist = distribution(dist_name)
+        except PackageNotFoundError:
+            continue
+        if any(ep.group == "console_scripts" and ep.name == script for ep in dist.entry_points):
+            found.append(f"{dist.metadata['Name']} {dist.version}")
+    return found

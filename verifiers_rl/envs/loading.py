@@ -224,7 +224,7 @@ def _import_env_module(env_id: str) -> Any:
             where = src.pkg_dir if src.pkg_dir is not None else src.module
             raise EnvironmentLoadError(
                 f"environment {env_id!r} needs the module {e.name!r}, which is not installed: install the "
-                f"environment's requirements (`uv run vf-install {where}`)") from e
+                f"environment's requirements (`uv run vfrl-install {where}`)") from e
         raise _not_found(env_id) from None
     except (EnvironmentNotFound, EnvironmentArgsError):
         raise
