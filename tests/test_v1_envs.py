@@ -1,0 +1,142 @@
+"""verifiers v1 environments (verifiers 0.4.x, `import verifiers.v1`) trained with RLTrainer on the local engine,
+through `verifiers_rl.v1` (the adapter; docs in its `__init__`). The fixture is our own v1 taskset
+(tests/fixtures/v1_tiny_reverse). These tests need verifiers>=0.4 in the running Python (CI: `.ci/run`):
+    UV_PROJECT_ENVIRONMENT=.venv-verifiers-v1 uv run --frozen --extra verifiers-v1 pytest tests/test_v1_envs.py
+Elsewhere they skip with that line. Each v1 episode starts the `null` harness as a subprocess (a `uv`-prepared
+script: uv on PATH, and PyPI or uv's cache the first time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from verifiers_rl.v1 import v1_available
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CMD = ("UV_PROJECT_ENVIRONMENT=.venv-verifiers-v1 uv run --frozen --extra verifiers-v1 "
+       "pytest tests/test_v1_envs.py")
+pytestmark = pytest.mark.skipif(v1_available() is None, reason=f"verifiers>=0.4,<0.5 (v1) is not installed: {CMD}")
+GREEDY = {"temperature": 0.0, "max_tokens": 8}
+
+
+def _engine(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verifiers_rl.inference.local_engine import LocalEngine
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    return LocalEngine(model, tok, model_name="policy", max_model_len=1024)
+
+
+def _ours(engine) -> list[dict]:
+    from verifiers_rl.envs.rollouts import generate_states
+    from verifiers_rl.v1 import load_v1_environment
+
+    env = load_v1_environment("v1_tiny_reverse", path=FIXTURES)
+    try:
+        rows = env.get_dataset().to_list()
+        return asyncio.run(generate_states(env, rows, engine.client, "policy", dict(GREEDY), rollouts_per_example=1,
+                                           max_concurrent=1, max_seq_len=1024))
+    finally:
+        env.close()
+
+
+def _theirs(engine, tiny_model_dir) -> list:
+    """verifiers' own driver, as its vf-eval runs in-process: `env.serving()` + `run_slot`, one slot per task."""
+    import verifiers.v1 as vf
+
+    from verifiers_rl.inference.local_http import serve_local_engine
+
+    sys.path.insert(0, str(FIXTURES))
+    cfg = vf.resolve_env_config({"taskset": {"id": "v1_tiny_reverse"},
+                                 "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}})
+    env = vf.load_environment(cfg)
+    srv = serve_local_engine(engine)
+    ctx = vf.ModelContext(model="policy", client=vf.TrainClientConfig(
+        base_url=srv.base_url, api_key_var="VF_RL_LOCAL_KEY", renderer_model_name=str(tiny_model_dir)),
+        sampling=vf.SamplingConfig(**GREEDY))
+
+    async def run() -> list:
+        async with env.serving():
+            return [await env.run_slot(env.slots(t, 1)[0], ctx) for t in env.taskset]
+
+    try:
+        return asyncio.run(run())
+    finally:
+        srv.stop()
+
+
+def test_episodes_match_verifiers_own_run_slot(tiny_model_dir):
+    engine = _engine(tiny_model_dir)
+    ours = _ours(engine)
+    theirs = _theirs(engine, tiny_model_dir)
+    assert len(ours) == len(theirs) == 6
+    for state, ep in zip(ours, theirs):
+        assert ep.ok and state["error"] is None, (state["error"], ep.errors)
+        (trace,) = ep.traces
+        (branch,) = trace.branches
+        (step,) = state["trajectory"]
+        t = step["tokens"]
+        assert t["prompt_ids"] + t["completion_ids"] == list(branch.token_ids)
+        first = len(t["prompt_ids"])
+        assert t["completion_mask"] == [int(m) for m in branch.sampled_mask[first:]] and any(t["completion_mask"])
+        assert t["completion_logprobs"] == pytest.approx(list(branch.logprobs[first:]), abs=1e-5)
+        assert state["reward"] == pytest.approx(trace.reward)
+        assert set(state["metrics"]) == {"similarity", "exact"}
+        assert state["tokens"]["input_ids"] == list(branch.token_ids)  # one sample: the branch as sampled
+        assert state["tokens"]["model_mask"] == [int(m) for m in branch.sampled_mask]
+
+
+TRAIN = """
+import json, sys
+import torch
+import verifiers_rl as vf
+from verifiers_rl.v1 import load_v1_environment
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+env = load_v1_environment("v1_tiny_reverse", path=sys.argv[2])
+args = vf.RLConfig(output_dir="out", max_steps=2, batch_size=4, rollouts_per_example=2, micro_batch_size=4,
+                   max_tokens=8, max_seq_len=512, learning_rate=1e-2, save_steps=100, eval_num_examples=0,
+                   logging_steps=1, sample_log_interval=0, disable_tqdm=True, temperature=1.0, seed=0)
+trainer = vf.RLTrainer(model, env, args, processing_class=AutoTokenizer.from_pretrained(sys.argv[1]))
+trained = {k: v for k, v in trainer.model.named_parameters() if v.requires_grad}
+before = {k: v.detach().clone() for k, v in trained.items()}
+try:
+    trainer.train()
+finally:
+    trainer.close()
+    env.close()
+changed = sum(int(not torch.equal(before[k], v.detach())) for k, v in trained.items())
+print("RESULT", json.dumps({"changed": changed, "steps": [json.loads(l) for l in open("out/metrics.jsonl")]}))
+"""
+
+
+def test_rltrainer_trains_on_a_v1_env_with_the_local_engine(tiny_model_dir, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(TRAIN), str(tiny_model_dir), str(FIXTURES)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    lines = [l for l in p.stderr.splitlines() if "verifiers v1 API" in l]
+    assert len(lines) == 1 and "v1_tiny_reverse" in lines[0] and "runtime subprocess" in lines[0], p.stderr[-3000:]
+    result = json.loads(p.stdout.split("RESULT ", 1)[1])
+    steps = [r for r in result["steps"] if "reward/all/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert result["changed"] > 0
+    print({r["step"]: {k: r[k] for k in ("reward/all/mean", "reward/all/std", "loss", "errors/rollouts") if k in r}
+           for r in steps}, result["changed"], "tensors changed")
+    for r in steps:
+        assert r["errors/rollouts"] == 0, r
+        bad = {k: v for k, v in r.items() if isinstance(v, float) and not math.isfinite(v)}
+        assert not bad, bad

@@ -1,0 +1,156 @@
+"""`V1Environment`: a verifiers v1 env behind the interface the trainer calls on a classic environment.
+
+`RLTrainer(model, env=V1Environment(...))` and `envs.rollouts.generate_states` need, from an environment object:
+`get_dataset()` / `get_eval_dataset(n)` (rows the data order indexes; here one row per task of the taskset,
+`example_id` = the task's position), `sampling_args` (the env's own; none here: a v1 env's sampling lives in its
+agent config and is merged by verifiers), `rollout(row, client, model, sampling_args)` → one scored state,
+`init_state(...)` (a crashed rollout's empty state) and `rubric.score_group(states)` (a no-op: v1 tasks score
+inside their episode). One `rollout` is one v1 episode (`env.slots(task, 1)` → `run_slot`; slots are independent,
+so a group of n rollouts is verifiers' `slots(task, n)`). The run's context limit (`RUN_MAX_SEQ_LEN`, set by
+`generate_states`) becomes each seat's `max_total_tokens` where the env's config sets none; the per-turn
+`max_tokens` comes with the run's sampling, and the local engine's `/v1/models` reports its `max_model_len`.
+
+The first rollout prints one line: the v1 API, the verifiers version, the env and each seat's harness/runtime.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from verifiers_rl.envs.environment import RUN_MAX_SEQ_LEN
+from verifiers_rl.v1.episodes import episode_state, model_context
+from verifiers_rl.v1.loading import _seats, load_env, require_v1, v1_available
+from verifiers_rl.v1.serving import EnvServing, PolicyEndpoint
+
+
+class _NoRubric:
+    """v1 tasks score inside their episode (`Task.score`): nothing left to do per group."""
+
+    async def score_group(self, states: list) -> None:
+        return None
+
+
+class V1Environment:
+    """A classic-shaped environment over verifiers' v1 `Env` `env` (built from `config`, its `EnvConfig`)."""
+
+    def __init__(self, env: Any, config: Any, *, env_id: str | None = None, renderer_model_name: str | None = None,
+                 eval_tasks: list[Any] | None = None, max_tasks: int | None = None):
+        self.env, self.config = env, getattr(env, "config", None) or config
+        self.env_id = env_id or config.taskset.id
+        self.renderer_model_name = renderer_model_name
+        self.sampling_args: dict[str, Any] = {}
+        self.rubric = _NoRubric()
+        if getattr(env.taskset, "INFINITE", False) and max_tasks is None:
+            raise ValueError(f"v1 taskset {self.env_id!r} is endless: pass max_tasks to train on its first tasks")
+        self.tasks = _take(env.taskset, max_tasks)
+        self.eval_tasks = list(eval_tasks) if eval_tasks is not None else self.tasks
+        self.serving = EnvServing(env)
+        self.endpoint = PolicyEndpoint()
+        self._announced = False
+        self._lock = threading.Lock()
+
+    # --- the dataset the trainer's data order indexes ------------------------------------------------------
+    def _rows(self, tasks: list[Any], split: str) -> Any:
+        from datasets import Dataset
+
+        rows = [{"example_id": i, "task": self.env_id, "prompt": _prompt(t), "answer": "", "info": {},
+                 "v1_split": split} for i, t in enumerate(tasks)]
+        return Dataset.from_list(rows)
+
+    def get_dataset(self, n: int = -1, seed: int | None = None) -> Any:
+        return self._rows(self.tasks if n is None or n < 0 else self.tasks[:n], "train")
+
+    def get_eval_dataset(self, n: int = -1, seed: int | None = None) -> Any:
+        return self._rows(self.eval_tasks if n is None or n < 0 else self.eval_tasks[:n], "eval")
+
+    # --- rollouts -------------------------------------------------------------------------------------
+    def _limit(self, max_seq_len: int | None) -> None:
+        """The run's context limit on each seat whose config has no `max_total_tokens` of its own."""
+        if max_seq_len is None:
+            return
+        vf = require_v1()
+        for seat in _seats(self.config, vf):
+            agent = getattr(self.config, seat)
+            if agent.max_total_tokens is None:
+                agent.max_total_tokens = int(max_seq_len)
+
+    def describe(self, base_url: str) -> str:
+        vf = require_v1()
+        seats = ", ".join(f"{s}: harness {getattr(getattr(self.config, s).harness, 'id', None) or 'default'} on "
+                          f"runtime {getattr(getattr(self.config, s).runtime, 'type', '?')}"
+                          for s in _seats(self.config, vf))
+        return (f"verifiers runtime: real, verifiers v1 API (verifiers {v1_available()}): env {self.env_id!r} "
+                f"({type(self.env).__name__}; {seats}), episodes in-process via env.serving()/run_slot, "
+                f"policy at {base_url.removesuffix('/v1')}/inference/v1/generate")
+
+    def _announce(self, base_url: str) -> None:
+        with self._lock:
+            if self._announced:
+                return
+            self._announced = True
+        print(self.describe(base_url), file=sys.stderr)
+
+    def context(self, client: Any, model: str, sampling_args: dict | None) -> Any:
+        base_url, engine = self.endpoint.base_url(client)
+        renderer = self.renderer_model_name or _tokenizer_path(engine)
+        if not renderer:
+            raise ValueError("a v1 environment needs the policy's tokenizer: pass renderer_model_name=")
+        self._announce(base_url)
+        return model_context(base_url, model, renderer, sampling_args)
+
+    async def run_episode(self, task: Any, ctx: Any) -> Any:
+        slot = self.env.slots(task, 1)[0]
+        return await self.serving.call(lambda: self.env.run_slot(slot, ctx))
+
+    async def rollout(self, row: dict, client: Any, model: str, sampling_args: dict | None = None) -> dict:
+        self._limit(RUN_MAX_SEQ_LEN.get())
+        tasks = self.eval_tasks if row.get("v1_split") == "eval" else self.tasks
+        task = tasks[int(row["example_id"])]
+        episode = await self.run_episode(task, self.context(client, model, sampling_args))
+        return episode_state(episode, row)
+
+    async def init_state(self, row: dict, client: Any = None, model: str = "", sampling_args: dict | None = None
+                         ) -> dict:
+        return {"example_id": row.get("example_id"), "task": row.get("task") or self.env_id, "prompt": row.get("prompt"),
+                "answer": "", "info": {}, "completion": [], "trajectory": [], "reward": 0.0, "metrics": {},
+                "reward_errors": {}, "error": None, "is_completed": False, "is_truncated": False, "timing": {}}
+
+    def close(self) -> None:
+        self.serving.close()
+        self.endpoint.close()
+
+
+def load_v1_environment(env: str | dict, taskset_args: dict | None = None, *, path: str | Path | None = None,
+                        **kwargs: Any) -> V1Environment:
+    """A `V1Environment` for a taskset id or `[env]` config dict (`loading.load_env`); kwargs go to it."""
+    venv, cfg = load_env(env, taskset_args, path)
+    return V1Environment(venv, cfg, **kwargs)
+
+
+def _take(taskset: Any, n: int | None) -> list[Any]:
+    out = []
+    for task in taskset:
+        if n is not None and len(out) >= n:
+            break
+        out.append(task)
+    if not out:
+        raise ValueError("the v1 taskset yielded no tasks")
+    return out
+
+
+def _prompt(task: Any) -> list[dict]:
+    data = task.data
+    msgs = [{"role": "system", "content": data.system_prompt}] if getattr(data, "system_prompt", None) else []
+    prompt = data.prompt
+    if isinstance(prompt, str):
+        return msgs + [{"role": "user", "content": prompt}]
+    return msgs + [m.model_dump(mode="json", exclude_none=True) if hasattr(m, "model_dump") else dict(m)
+                   for m in prompt or []]
+
+
+def _tokenizer_path(engine: Any) -> str | None:
+    tok = getattr(engine, "tokenizer", None)
+    return getattr(tok, "name_or_path", None) or None

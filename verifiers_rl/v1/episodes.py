@@ -1,0 +1,103 @@
+"""verifiers v1 episodes → states of ours, and this run's sampling → a v1 `ModelContext`.
+
+A v1 `Trace` holds a message graph whose root→leaf `branches` are the token sequences the engine saw: `token_ids`
+(prompt + completion + environment tokens, exactly as sampled), `sampled_mask` (True on tokens the model sampled)
+and `logprobs` (the sampler's, 0.0 elsewhere). Each trainable branch becomes one trajectory step of ours with
+`tokens = {prompt_ids (before the first sampled token), completion_ids (the rest), completion_mask (the sampled
+mask over the rest), completion_logprobs}`, so `turn_tokens.rollout_tokens` and `batching.build_samples` treat it
+like any rollout: one branch → one sample whose loss mask is the sampled mask; several branches that are not one
+another's prefix (compaction, subagents) → one sample each. The reward is `trace.reward` (Σ score·weight), the
+metrics are the trace's metrics and each reward's score; a failed episode or trace keeps its place with `error`
+set (no loss; counted in the step's error metrics), as does an episode whose trace is not trainable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifiers_rl.v1.loading import require_v1
+
+# The run's sampling keys the v1 client sets itself (token ids, logprobs, n) or that mean nothing to it.
+DROPPED = ("logprobs", "top_logprobs", "n", "stream", "extra_headers")
+
+
+def sampling_config(sampling_args: dict | None) -> Any:
+    """`vf.SamplingConfig` for the run's chat-completions sampling args (`extra_body` keys flattened by it)."""
+    vf = require_v1()
+    args = {k: v for k, v in (sampling_args or {}).items() if k not in DROPPED and v is not None}
+    extra = dict(args.pop("extra_body", None) or {})
+    extra.pop("return_token_ids", None)
+    return vf.SamplingConfig(**{**extra, **args})
+
+
+def model_context(base_url: str, model: str, renderer_model_name: str, sampling_args: dict | None,
+                  api_key_var: str = "VF_RL_LOCAL_KEY") -> Any:
+    """What `env.run_slot` needs: the model name the engine serves, a `TrainClientConfig` (tokens and logprobs
+    come back only through the train client) and the sampling."""
+    vf = require_v1()
+    client = vf.TrainClientConfig(base_url=base_url, api_key_var=api_key_var,
+                                  renderer_model_name=renderer_model_name)
+    return vf.ModelContext(model=model, client=client, sampling=sampling_config(sampling_args))
+
+
+def branch_step(branch: Any) -> dict | None:
+    """One trajectory step of ours for a v1 branch; None when nothing in it was sampled."""
+    ids, mask, lps = list(branch.token_ids), [bool(m) for m in branch.sampled_mask], list(branch.logprobs)
+    if not any(mask):
+        return None
+    first = mask.index(True)
+    tokens = {"prompt_ids": ids[:first], "completion_ids": ids[first:],
+              "completion_mask": [int(m) for m in mask[first:]], "completion_logprobs": [float(x) for x in lps[first:]]}
+    return {"tokens": tokens, "is_truncated": False}
+
+
+def _errors(items: Any) -> list[str]:
+    return [f"{getattr(e, 'type', None) or type(e).__name__}: {getattr(e, 'message', e)}" for e in items or []]
+
+
+def trainable_traces(episode: Any) -> list[Any]:
+    return [t for t in episode.traces if getattr(t.agent, "trainable", True)]
+
+
+def _trace_metrics(trace: Any) -> dict[str, float]:
+    metrics = {k: float(v) for k, v in (trace.metrics or {}).items() if v is not None}
+    for name, r in (trace.rewards or {}).items():
+        if r is not None:
+            metrics[name] = float(r.score)
+    return metrics
+
+
+def _messages(messages: Any) -> list[dict]:
+    out = []
+    for m in messages or []:
+        d = m.model_dump(mode="json") if hasattr(m, "model_dump") else dict(m)
+        out.append({k: v for k, v in d.items() if v is not None})
+    return out
+
+
+def episode_state(episode: Any, row: dict) -> dict:
+    """A state of ours for a single-agent v1 episode (its one trainable trace); see the module docstring."""
+    traces = trainable_traces(episode)
+    if len(traces) > 1:
+        raise NotImplementedError(f"a v1 episode with {len(traces)} trainable traces (a multi-agent env): "
+                                  "verifiers-rl trains single-agent v1 environments only for now")
+    trace = traces[0] if traces else None
+    errors = _errors(episode.errors) + (_errors(trace.errors) if trace is not None else [])
+    if trace is None:
+        errors.append("the episode has no trainable trace")
+    elif not trace.ok or not episode.ok:
+        errors = errors or ["the episode failed"]
+    steps = [s for s in (branch_step(b) for b in (trace.branches if trace is not None else [])
+                         if getattr(b, "trainable", True)) if s is not None]
+    messages = _messages(trace.messages) if trace is not None else []
+    n_prompt = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+    return {
+        "example_id": row.get("example_id"), "task": row.get("task") or "default", "answer": row.get("answer", ""),
+        "info": dict(row.get("info") or {}), "prompt": row.get("prompt") or messages[:n_prompt],
+        "completion": messages[n_prompt:], "trajectory": steps, "reward": float(trace.reward or 0.0) if trace else 0.0,
+        "metrics": _trace_metrics(trace) if trace is not None else {}, "reward_errors": {},
+        "error": "; ".join(errors) or None, "is_completed": True,
+        "is_truncated": bool(trace is not None and trace.is_truncated),
+        "stop_condition": getattr(trace, "stop_condition", None), "num_turns": trace.num_turns if trace else 0,
+        "timing": {}, "v1_episode_id": str(episode.id),
+    }

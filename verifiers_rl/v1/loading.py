@@ -1,0 +1,80 @@
+"""A verifiers v1 environment from a taskset id or an `[env]` config, ready for a local trainer.
+
+v1 environments are installed packages named by id (`reverse-text` → module `reverse_text`, whose `__all__`
+exports one `Taskset`, optionally a `Harness` and an `Env`); they are configured by verifiers' pydantic config, not
+by `load_environment(**kwargs)`. Here: `{"taskset": {"id": ...}, "agent": {...}}` → `vf.resolve_env_config` →
+`vf.load_environment`. Two defaults differ from verifiers' for a trainer on one machine: each seat (an
+`AgentConfig` field: `agent`, or a multi-agent env's roles) runs on `{type = "subprocess"}` unless the config names
+a runtime (verifiers' default is a Prime sandbox, needing PRIME_API_KEY and the network), and on the `null`
+(chat-only) harness unless it names one or the taskset ships its own. `path` puts a directory on sys.path first,
+for an environment that is not installed (a checkout, a test fixture).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+
+SUBPROCESS = {"type": "subprocess"}
+
+
+def v1_available() -> str | None:
+    """The installed verifiers version when it has the v1 API this adapter targets (>=0.4), else None."""
+    from verifiers_rl.verifiers_runtime import _in_range, installed_verifiers_version
+
+    version = installed_verifiers_version()
+    return version if version is not None and _in_range(version, ">=0.4,<0.5") else None
+
+
+INSTALL = "install it with `uv sync --extra verifiers-v1` (pip: `pip install 'verifiers-rl[verifiers-v1]'`)"
+
+
+def require_v1() -> Any:
+    """`verifiers.v1`, or one line saying what to install."""
+    if v1_available() is None:
+        raise ModuleNotFoundError(f"a verifiers v1 environment needs verifiers>=0.4,<0.5: {INSTALL}")
+    return importlib.import_module("verifiers.v1")
+
+
+def env_config_data(env: str | dict, taskset_args: dict | None = None) -> dict:
+    """The raw `[env]` config: a taskset id (plus its config fields in `taskset_args`) or a config dict."""
+    data = {"taskset": {"id": env}} if isinstance(env, str) else {k: v for k, v in env.items()}
+    if taskset_args:
+        data["taskset"] = {**dict(data.get("taskset") or {}), **taskset_args}
+    if not (data.get("taskset") or {}).get("id"):
+        raise ValueError("a v1 environment config needs taskset.id (the installed taskset package)")
+    return data
+
+
+def _seats(cfg: Any, vf: Any) -> list[str]:
+    """The config's agent seats: its fields holding an `AgentConfig` (`agent`, or a multi-agent env's roles)."""
+    return [name for name in type(cfg).model_fields if isinstance(getattr(cfg, name, None), vf.AgentConfig)]
+
+
+def resolve_config(env: str | dict, taskset_args: dict | None = None) -> Any:
+    """verifiers' EnvConfig for `env`, every seat defaulted to the subprocess runtime and the null harness."""
+    vf = require_v1()
+    data = env_config_data(env, taskset_args)
+    cfg = vf.resolve_env_config(data)
+    out = cfg.model_dump(mode="json", exclude_unset=True)
+    for seat in _seats(cfg, vf):
+        given = dict(data.get(seat) or {})
+        seat_data = dict(out.get(seat) or {})
+        if "runtime" not in given:
+            seat_data["runtime"] = dict(SUBPROCESS)
+        if "harness" not in given and getattr(getattr(cfg, seat), "harness", None) is None:
+            seat_data["harness"] = {"id": "null"}
+        out[seat] = seat_data
+    return vf.resolve_env_config(out)
+
+
+def load_env(env: str | dict, taskset_args: dict | None = None, path: str | Path | None = None) -> Any:
+    """(verifiers' Env, its EnvConfig) for `env`; `path`: a directory put on sys.path first."""
+    if path is not None and str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+    vf = require_v1()
+    cfg = resolve_config(env, taskset_args)
+    return vf.load_environment(cfg), cfg

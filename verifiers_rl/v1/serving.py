@@ -1,0 +1,112 @@
+"""Where a v1 env's episodes run: its `serving()` held open on a loop thread of its own, and the policy over HTTP.
+
+verifiers' `Env.serving()` (shared tool servers + the interception server every harness program calls) is an async
+context meant to wrap a whole run. The trainer's orchestrator runs each step's generation on its own loop, between
+optimizer steps (inline) or ahead of them (async), so the context lives here instead: entered once by a task on a
+private loop thread, left by `close()`; each `run_slot` is submitted to that loop and awaited from the caller's.
+The harness programs reach the policy through verifiers' `TrainClient`, which only speaks HTTP
+(`POST /inference/v1/generate`, `GET /v1/models`): the in-process local engine is served by
+`inference.local_http.serve_local_engine` (once per engine), a server with a URL (vLLM) is used as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+from typing import Any, Awaitable, Callable
+
+
+class EnvServing:
+    """`serving = EnvServing(env).start(); await serving.call(lambda: env.run_slot(...)); serving.close()`."""
+
+    def __init__(self, env: Any, timeout_s: float = 300.0):
+        self.env = env
+        self.timeout_s = timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._held: Any = None
+        self._lock = threading.Lock()
+
+    async def _hold(self, ready: Any) -> None:
+        self._stop = asyncio.Event()
+        try:
+            async with self.env.serving():
+                ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e)
+            raise
+
+    def start(self) -> "EnvServing":
+        with self._lock:
+            if self._loop is not None:
+                return self
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="vf-v1-env", daemon=True)
+            thread.start()
+            ready: Any = __import__("concurrent.futures").futures.Future()
+            self._held = asyncio.run_coroutine_threadsafe(self._hold(ready), loop)
+            try:
+                ready.result(timeout=self.timeout_s)
+            except BaseException:
+                loop.call_soon_threadsafe(loop.stop)
+                raise
+            self._loop, self._thread = loop, thread
+            atexit.register(self.close)
+        return self
+
+    async def call(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Run `make()` on the serving loop; awaited (and cancelled with) the caller."""
+        self.start()
+        assert self._loop is not None
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(make(), self._loop))
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        if self._stop is not None:
+            loop.call_soon_threadsafe(self._stop.set)
+        try:
+            self._held.result(timeout=60)
+        except BaseException:
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+class PolicyEndpoint:
+    """The base URL the env's TrainClient calls for `client` (the run's client object), started on first use."""
+
+    def __init__(self) -> None:
+        self._servers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def base_url(self, client: Any) -> tuple[str, Any]:
+        """(base URL, the engine or None) for the run's client: our `vf.Client` wrappers unwrapped, the local
+        engine served over HTTP once, an HTTP client's own base URL otherwise."""
+        inner = getattr(client, "client", client)
+        engine = getattr(inner, "engine", None)
+        if engine is None:
+            url = str(getattr(inner, "base_url", "") or "")
+            if not url.startswith("http"):
+                raise TypeError(f"a v1 environment needs an HTTP policy endpoint or the local engine, got {inner!r}")
+            return url.rstrip("/"), None
+        with self._lock:
+            srv = self._servers.get(id(engine))
+            if srv is None:
+                from verifiers_rl.inference.local_http import serve_local_engine
+
+                srv = self._servers[id(engine)] = serve_local_engine(engine)
+        return srv.base_url, engine
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for srv in servers:
+            srv.stop()
