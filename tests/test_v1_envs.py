@@ -140,3 +140,49 @@ def test_rltrainer_trains_on_a_v1_env_with_the_local_engine(tiny_model_dir, tmp_
         assert r["errors/rollouts"] == 0, r
         bad = {k: v for k, v in r.items() if isinstance(v, float) and not math.isfinite(v)}
         assert not bad, bad
+
+
+# --- the CLIs: vf-rl's [env] and vf-eval on a v1 environment (envs.loading.environment_api decides the API) ---------
+def _cli(name: str, module: str) -> list[str]:
+    script = Path(sys.executable).with_name(name)
+    return [str(script)] if script.exists() else [sys.executable, "-m", module]
+
+
+def _v1_line(text: str) -> str:
+    lines = [l for l in text.splitlines() if "verifiers v1 API" in l]
+    assert len(lines) == 1, text[-3000:]
+    assert "verifiers runtime: ours" not in text  # one line names the API: the classic runtime's is not printed
+    assert "v1_tiny_reverse" in lines[0] and "harness null on runtime subprocess" in lines[0], lines[0]
+    return lines[0]
+
+
+def test_vf_rl_trains_two_steps_on_a_v1_env_from_its_config(tiny_model_dir, tmp_path):
+    """`vf-rl @ tests/fixtures/v1_tiny_reverse.toml`: [env] api = "v1", path relative to the toml, args = the v1
+    env config; two steps on the local engine with held-out eval before and after."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run([*_cli("vf-rl", "verifiers_rl.cli.rl"), "@", str(FIXTURES / "v1_tiny_reverse.toml"),
+                        "--model", str(tiny_model_dir)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=900)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "0.4" in _v1_line(out)
+    steps = [json.loads(l) for l in (tmp_path / "outputs/v1-tiny-reverse/metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in steps if "reward/all/mean" in r]
+    assert [r["step"] for r in trained] == [1, 2] and all(r["errors/rollouts"] == 0 for r in trained), trained
+    assert "held-out eval before RL" in out and "held-out eval after RL" in out
+
+
+def test_vf_eval_runs_a_v1_env_with_its_usual_flags(tiny_model_dir, tmp_path):
+    """vf-eval (vfrl-eval): the env id, -a (here: the v1 env config), --env-path; the API found by `auto`."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    args = json.dumps({"taskset": {"words": ["cat", "lamp"]}})
+    # vfrl-eval: with verifiers 0.4 installed, the `vf-eval` file may be verifiers' own program (pyproject.toml)
+    p = subprocess.run([*_cli("vfrl-eval", "verifiers_rl.cli.eval"), "v1_tiny_reverse", "--env-path", str(FIXTURES),
+                        "-m", str(tiny_model_dir), "-n", "2", "-r", "2", "-t", "8", "-a", args,
+                        "-o", str(tmp_path / "rollouts.jsonl")], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "exports a verifiers v1 Taskset" in _v1_line(out)  # auto: why the v1 API, in the same line
+    rows = [json.loads(l) for l in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r.get("error") in (None, "") for r in rows), rows[:1]

@@ -39,6 +39,7 @@ V1_ONLY_RANGE = ">=0.4"  # verifiers releases whose `import verifiers` has no cl
 # else but the root's __version__). A path below one of them (verifiers.v1.x) is found by the normal machinery.
 REAL_ONLY = ("verifiers.v1",)
 V1_INSTALL = "`uv sync --extra verifiers-v1` (pip: `pip install 'verifiers-rl[verifiers-v1]'`)"
+V1_RANGE = ">=0.4,<0.5"  # the verifiers releases whose v1 API verifiers_rl.v1 drives
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,12 @@ def installed_verifiers_version() -> str | None:
         return importlib.metadata.version("verifiers")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def v1_version() -> str | None:
+    """The installed verifiers version when it has the v1 API verifiers_rl.v1 drives (V1_RANGE), else None."""
+    version = installed_verifiers_version()
+    return version if version is not None and _in_range(version, V1_RANGE) else None
 
 
 def _in_range(version: str, spec: str) -> bool:

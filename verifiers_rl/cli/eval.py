@@ -18,7 +18,13 @@ def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
                         "--base-url, or an endpoint name from configs/endpoints.py")
     p.add_argument("-n", "--num-examples", type=int, default=5, help="examples to evaluate (-1: all)")
     p.add_argument("-r", "--rollouts-per-example", type=int, default=3)
-    p.add_argument("-a", "--env-args", default="{}", help="JSON object passed to load_environment")
+    p.add_argument("-a", "--env-args", default="{}", help="JSON object passed to load_environment (a verifiers v1 "
+                   "environment: its env config, e.g. '{\"taskset\": {...}, \"agent\": {\"harness\": {\"id\": "
+                   "\"null\"}}}')")
+    p.add_argument("--api", choices=("auto", "classic", "v1"), default="auto",
+                   help="the environment's verifiers API (auto: v1 when verifiers 0.4 is installed and the module "
+                        "exports a v1 Taskset/Env, else classic)")
+    p.add_argument("--env-path", default=None, help="a directory put first on sys.path, holding the environment")
     p.add_argument("-b", "--base-url", default=None, help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("-k", "--api-key-var", default=None, help="environment variable holding the API key")
     p.add_argument("-t", "--max-tokens", type=int, default=None)
@@ -67,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     try:
-        env = network.load_environment_or_one_line(args.env_id, **env_args)
+        from verifiers_rl.v1.entry import load_env_entry
+
+        env = load_env_entry(args.env_id, env_args, api=args.api, path=args.env_path)
     except NetworkError as e:  # a dataset the hub could not give
         fail(str(e), code=1)
     except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError) as e:
@@ -97,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         problem = network.check_server(str(client.base_url))
         if problem:
             fail(problem, code=1)
-    states = asyncio.run(_run(env, client, model_name, args, sampling, console))
+    try:
+        states = asyncio.run(_run(env, client, model_name, args, sampling, console))
+    finally:
+        _close_v1(env)
 
     from verifiers_rl.evaluation import summarize, write_jsonl
 
@@ -107,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         path = write_jsonl(states, args.output)
         console.print(f"wrote {len(states)} rollouts to {path}")
     return 0
+
+
+def _close_v1(env) -> None:
+    from verifiers_rl.v1.environment import V1Environment
+
+    if isinstance(env, V1Environment):  # its env.serving() (harness processes) and the policy's HTTP endpoint
+        env.close()
 
 
 async def _run(env, client, model_name, args, sampling, console):

@@ -8,7 +8,7 @@ Rules (tested in tests/test_cli_config.py):
 - `--a.flag` alone is `true`, `--a.no-flag` / `--no-a.flag` is `false`;
 - `"None"` (in TOML or on the command line) is None;
 - `--env.0.id x` indexes a list (and appends when the index is the list's length);
-- `env_file` paths load relative to the file that names them.
+- `env_file` paths load relative to the file that names them, and so do `[env] path` / `[[eval.env]] path`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,26 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
-    return _absolute_env_files(data, path)
+    return _absolute_env_paths(_absolute_env_files(data, path), path)
+
+
+def _absolute_env_paths(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`[env] path` / `[[eval.env]] path` are relative to the config file that names them: make them absolute."""
+    base = path.resolve().parent
+
+    def fix(table: Any) -> Any:
+        p = table.get("path") if isinstance(table, dict) else None
+        if isinstance(p, str) and p != "None" and not Path(p).is_absolute():  # "None": None (written configs)
+            return {**table, "path": str((base / table["path"]).resolve())}
+        return table
+
+    data = dict(data)
+    if "env" in data:
+        data["env"] = [fix(t) for t in data["env"]] if isinstance(data["env"], list) else fix(data["env"])
+    ev = data.get("eval")
+    if isinstance(ev, dict) and isinstance(ev.get("env"), list):
+        data["eval"] = {**ev, "env": [fix(t) for t in ev["env"]]}
+    return data
 
 
 def _absolute_env_files(data: dict[str, Any], path: Path) -> dict[str, Any]:

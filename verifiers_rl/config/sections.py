@@ -45,9 +45,22 @@ class WarmupSection(Section):
     seed: int = Field(0, description="SFT seed")
 
 
+ENV_API_DOC = ("which verifiers API the environment speaks: 'classic' (a module with load_environment(**args)), "
+               "'v1' (a verifiers 0.4 taskset package; needs `uv sync --extra verifiers-v1`), 'auto' (v1 when "
+               "verifiers 0.4 is installed and the module exports a v1 Taskset/Env and no load_environment(), "
+               "else classic)")
+ENV_ARGS_DOC = ("classic: keyword arguments of its load_environment(); v1: its env config (`taskset = {<config "
+                "fields>}`, `agent = {harness = {id = ...}, runtime = {type = ...}}`; default harness 'null', runtime "
+                "'subprocess')")
+ENV_PATH_DOC = "a directory put first on sys.path, holding the environment's module (relative to the config file)"
+
+
 class EnvSection(Section):
-    id: str = Field(..., description="environment id: `name` or `owner/name` (module `name` with '-' → '_')")
-    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of its load_environment()")
+    id: str = Field(..., description="environment id: `name` or `owner/name` (module `name` with '-' → '_'); v1: "
+                    "the taskset id")
+    args: dict[str, Any] = Field(default_factory=dict, description=ENV_ARGS_DOC)
+    api: Literal["auto", "classic", "v1"] = Field("auto", description=ENV_API_DOC)
+    path: str | None = Field(None, description=ENV_PATH_DOC)
     name: str | None = Field(None, description="display name (metric prefix); default: the id's name")
     ratio: float | None = Field(None, gt=0, description="with several [[env]]: relative share of each batch's "
                                 "groups (default 1)")
@@ -89,7 +102,9 @@ class TrainerSection(Section):
 class EvalEnvSection(Section):
     id: str = Field(..., description="environment id")
     name: str | None = Field(None, description="display name (metric prefix); default: the id's name")
-    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of its load_environment()")
+    args: dict[str, Any] = Field(default_factory=dict, description=ENV_ARGS_DOC)
+    api: Literal["auto", "classic", "v1"] = Field("auto", description="as [env] api")
+    path: str | None = Field(None, description=ENV_PATH_DOC)
     num_examples: int | None = Field(None, description="eval prompts (-1: all); default: [eval].num_examples")
     rollouts_per_example: int | None = Field(None, description="default: [eval].rollouts_per_example")
 

@@ -117,19 +117,28 @@ def rl_config_kwargs(cfg: RunConfig, output_dir: str | None = None) -> dict[str,
 # --- environments ----------------------------------------------------------------------------------------------------
 
 
-def check_env(key: str, env_id: str, env_args: dict[str, Any]) -> None:
-    """The env module imports and its load_environment() takes these args (nothing is loaded)."""
+def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto", path: str | None = None) -> None:
+    """The env module imports and its load_environment() takes these args (nothing is loaded); a v1 environment:
+    verifiers 0.4 is installed (its config is checked when it loads)."""
     import inspect
 
-    from verifiers_rl.envs.loading import EnvironmentLoadError, EnvironmentNotFound, _import_env_module
+    from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, _import_env_module,
+                                           environment_api)
+    from verifiers_rl.verifiers_runtime import V1_INSTALL, V1_RANGE, v1_version
 
     try:
-        module = _import_env_module(env_id)
+        v1 = environment_api(env_id, api, path)[0] == "v1"
+        module = None if v1 else _import_env_module(env_id)
     except (EnvironmentNotFound, EnvironmentLoadError) as e:
         raise ConfigError(f"{key}.id: {e}") from None
     except Exception as e:
         first = (str(e).splitlines() or [""])[0]
         raise ConfigError(f"{key}.id: importing environment {env_id!r} failed: {type(e).__name__}: {first}") from None
+    if module is None:
+        if v1_version() is None:
+            raise ConfigError(f"{key}.api: a verifiers v1 environment needs verifiers{V1_RANGE}: install it with "
+                              f"{V1_INSTALL}")
+        return
     loader = getattr(module, "load_environment", None)
     if loader is None:
         raise ConfigError(f"{key}.id: module {module.__name__!r} has no load_environment() function")
@@ -148,7 +157,7 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any]) -> None:
 
 def check_envs(cfg: RunConfig) -> None:
     for i, e in enumerate(cfg.envs):
-        check_env("env" if not isinstance(cfg.env, list) else f"env.{i}", e.id, e.args)
+        check_env("env" if not isinstance(cfg.env, list) else f"env.{i}", e.id, e.args, e.api, e.path)
     if cfg.eval is not None:
         for i, e in enumerate(cfg.eval.env):
-            check_env(f"eval.env.{i}", e.id, e.args)
+            check_env(f"eval.env.{i}", e.id, e.args, e.api, e.path)

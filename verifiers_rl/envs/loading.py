@@ -8,6 +8,10 @@
 
 When the module loaded hides another of the same name, one line on stderr says which file was loaded and the id
 that loads the other.
+
+Which verifiers API an environment speaks is decided here, in ONE function, `environment_api` (vf-rl's
+`[env] api`, vf-eval's `--api`): "classic" (a module with `load_environment(**args)`) or "v1" (a verifiers 0.4
+taskset package, loaded by `verifiers_rl.v1`).
 """
 
 from __future__ import annotations
@@ -125,7 +129,7 @@ def find_environment(env_id: str) -> tuple[EnvSource | None, list[EnvSource]]:
     if not name.isidentifier():
         raise EnvironmentNotFound(f"environment id {env_id!r} is not a valid name")
     raw = env_id.strip()
-    if raw.startswith((".", "/", "~")) or os.sep in raw and Path(raw).expanduser().is_dir():
+    if is_folder_id(raw):
         path = Path(raw).expanduser()
         src = _folder_source(path, name, raw) if path.is_dir() else None
         if src is None:
@@ -165,6 +169,64 @@ def environment_requirements(module_name: str, pkg_dir: Path | None = None) -> l
         except md.PackageNotFoundError:
             continue
     return []
+
+
+API_CHOICES = ("auto", "classic", "v1")
+
+
+def add_env_path(path: str | Path | None) -> None:
+    """`[env] path` / vf-eval's `--env-path`: a directory put first on sys.path (holding the environment's module)."""
+    if path is not None and str(Path(path).expanduser()) not in sys.path:
+        sys.path.insert(0, str(Path(path).expanduser()))
+
+
+def _exports_v1(module: Any) -> bool:
+    """Whether `module` exports (`__all__`) a verifiers v1 Taskset or Env subclass, as verifiers' loader wants."""
+    v1 = sys.modules.get("verifiers.v1")
+    bases = tuple(b for b in (getattr(v1, "Taskset", None), getattr(v1, "Env", None)) if isinstance(b, type))
+    return bool(bases) and any(isinstance(o := getattr(module, n, None), type) and issubclass(o, bases)
+                               and o not in bases for n in getattr(module, "__all__", ()))
+
+
+def _shipped_v1_taskset(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(f"verifiers.v1.tasksets.{name}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def environment_api(env_id: str, api: str = "auto", path: str | Path | None = None) -> tuple[str, str]:
+    """THE decision: ("classic" | "v1", why). `api` "auto": v1 when verifiers 0.4 is installed and the id's module
+    exports a v1 Taskset/Env and has no load_environment() (or no module is found and verifiers ships a taskset of
+    that name), else classic. Auto imports the module (the classic loader would import it next anyway)."""
+    from verifiers_rl import verifiers_runtime
+
+    if api not in API_CHOICES:
+        raise EnvironmentNotFound(f"environment {env_id!r}: api {api!r} is not one of {', '.join(API_CHOICES)}")
+    add_env_path(path)
+    if api != "auto":
+        return api, "asked for"
+    if verifiers_runtime.v1_version() is None:
+        return "classic", f"verifiers{verifiers_runtime.V1_RANGE} (v1) is not installed"
+    src, _ = find_environment(env_id)
+    name = module_name_for(env_id)
+    if src is None:
+        if _shipped_v1_taskset(name):
+            return "v1", f"verifiers ships the v1 taskset {name!r}"
+        return "classic", "no module found"
+    if src.kind == "example":
+        return "classic", "an example shipped with verifiers-rl"
+    module = _import_env_module(env_id)
+    if hasattr(module, "load_environment"):
+        return "classic", f"module {module.__name__!r} has load_environment()"
+    if _exports_v1(module):
+        return "v1", f"module {module.__name__!r} exports a verifiers v1 Taskset/Env"
+    return "classic", f"module {module.__name__!r} exports no v1 Taskset/Env"
+
+
+def is_folder_id(env_id: str) -> bool:
+    raw = env_id.strip()
+    return raw.startswith((".", "/", "~")) or os.sep in raw and Path(raw).expanduser().is_dir()
 
 
 def _activate_runtime(module_name: str, pkg_dir: Path | None) -> None:

@@ -55,7 +55,7 @@ def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any
     """(the environment to train on, the [[env]] environments it is made of)."""
     sub_envs = []
     for e in cfg.envs:
-        sub = load_environment(e.id, **e.args)
+        sub = load_environment(e.id, e.args, api=e.api, path=e.path)
         sub.env_id = _env_name(e.id, e.name)
         sub_envs.append(sub)
     if len(sub_envs) == 1:
@@ -111,7 +111,7 @@ def _held_out(cfg: RunConfig, trainer: Any, args: Any, sub_envs: list[Any],
             sampling["temperature"] = ev.temperature
         if ev.env:
             for e in ev.env:
-                eval_env = load_environment(e.id, **e.args)
+                eval_env = load_environment(e.id, e.args, api=e.api, path=e.path)
                 n = e.num_examples if e.num_examples is not None else ev.num_examples
                 r = e.rollouts_per_example if e.rollouts_per_example is not None else ev.rollouts_per_example
                 evals.append((_env_name(e.id, e.name), eval_env, n, r))
@@ -165,6 +165,15 @@ def _eval_after(trainer: Any, evals: list[EvalSpec], sampling: Any, console: Any
         _record_eval(trainer, name, a, "after")
 
 
+def _close_v1_envs(envs: list[Any]) -> None:
+    """v1 environments hold their `env.serving()` (harness processes) and an HTTP endpoint open: end them."""
+    from verifiers_rl.v1.environment import V1Environment
+
+    for e in {id(e): e for e in envs}.values():
+        if isinstance(e, V1Environment):
+            e.close()
+
+
 def _replot(output_dir: str, trainer: Any) -> None:
     """metrics.png again, now with the after-RL eval point (the trainer drew it when training ended)."""
     if not trainer.is_world_process_zero() or not (Path(output_dir) / "metrics.jsonl").exists():
@@ -202,9 +211,9 @@ def prepare_main() -> int:
     cfg = RunConfig.model_validate_json(sys.stdin.read())
     console = Console()
     model = _tiny_model(cfg, console)
-    from verifiers_rl.network import load_environment_or_one_line
+    from verifiers_rl.v1.entry import load_env_entry
 
-    env, _ = _training_envs(cfg, load_environment_or_one_line)
+    env, _ = _training_envs(cfg, load_env_entry)
     _warmup(cfg, env, model, console)
     return 0
 
@@ -216,7 +225,7 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     from verifiers_rl.verbosity import quiet_library_bars
 
     quiet_library_bars()
-    from verifiers_rl.network import load_environment_or_one_line as load_environment
+    from verifiers_rl.v1.entry import load_env_entry as load_environment
     t_start = time.perf_counter()
     from verifiers_rl.launching.ranks import prepare_once
 
@@ -244,6 +253,7 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
         _eval_after(trainer, evals, sampling, console, result, before)
         _replot(args.output_dir, trainer)
     trainer.close()  # the orchestrator, and any server it started
+    _close_v1_envs([*sub_envs, *(e for _, e, _, _ in evals)])
     result["total_seconds"] = time.perf_counter() - t_start
     console.print(f"done in {result['total_seconds']:.0f} s (RL {result['rl_seconds']:.0f} s); "
                   f"checkpoints in {args.output_dir}")

@@ -10,7 +10,8 @@ so a group of n rollouts is verifiers' `slots(task, n)`). The run's context limi
 `generate_states`) becomes each seat's `max_total_tokens` where the env's config sets none; the per-turn
 `max_tokens` comes with the run's sampling, and the local engine's `/v1/models` reports its `max_model_len`.
 
-The first rollout prints one line: the v1 API, the verifiers version, the env and each seat's harness/runtime.
+The first rollout prints one line: the v1 API (with why it was chosen, `api_note`, when vf-rl / vf-eval decided), the
+verifiers version, the env and each seat's harness/runtime.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ class V1Environment:
     """A classic-shaped environment over verifiers' v1 `Env` `env` (built from `config`, its `EnvConfig`)."""
 
     def __init__(self, env: Any, config: Any, *, env_id: str | None = None, renderer_model_name: str | None = None,
-                 eval_tasks: list[Any] | None = None, max_tasks: int | None = None):
+                 eval_tasks: list[Any] | None = None, max_tasks: int | None = None, api_note: str | None = None):
         self.env, self.config = env, getattr(env, "config", None) or config
+        self.api_note = api_note  # why the v1 API was chosen (vf-rl / vf-eval: envs.loading.environment_api)
         self.env_id = env_id or config.taskset.id
         self.renderer_model_name = renderer_model_name
         self.sampling_args: dict[str, Any] = {}
@@ -82,7 +84,8 @@ class V1Environment:
         seats = ", ".join(f"{s}: harness {getattr(getattr(self.config, s).harness, 'id', None) or 'default'} on "
                           f"runtime {getattr(getattr(self.config, s).runtime, 'type', '?')}"
                           for s in _seats(self.config, vf))
-        return (f"verifiers runtime: real, verifiers v1 API (verifiers {v1_available()}): env {self.env_id!r} "
+        why = f"; {self.api_note}" if self.api_note else ""
+        return (f"verifiers runtime: real, verifiers v1 API (verifiers {v1_available()}{why}): env {self.env_id!r} "
                 f"({type(self.env).__name__}; {seats}), episodes in-process via env.serving()/run_slot, "
                 f"policy at {base_url.removesuffix('/v1')}/inference/v1/generate")
 

@@ -22,11 +22,10 @@ SUBPROCESS = {"type": "subprocess"}
 
 
 def v1_available() -> str | None:
-    """The installed verifiers version when it has the v1 API this adapter targets (>=0.4), else None."""
-    from verifiers_rl.verifiers_runtime import _in_range, installed_verifiers_version
+    """The installed verifiers version when it has the v1 API this adapter targets (>=0.4,<0.5), else None."""
+    from verifiers_rl.verifiers_runtime import v1_version
 
-    version = installed_verifiers_version()
-    return version if version is not None and _in_range(version, ">=0.4,<0.5") else None
+    return v1_version()
 
 
 INSTALL = "install it with `uv sync --extra verifiers-v1` (pip: `pip install 'verifiers-rl[verifiers-v1]'`)"
@@ -36,7 +35,14 @@ def require_v1() -> Any:
     """`verifiers.v1`, or one line saying what to install."""
     if v1_available() is None:
         raise ModuleNotFoundError(f"a verifiers v1 environment needs verifiers>=0.4,<0.5: {INSTALL}")
-    return importlib.import_module("verifiers.v1")
+    vf = importlib.import_module("verifiers.v1")
+    root = sys.modules.get("verifiers")
+    if root is not None and getattr(root, "v1", None) is not vf:
+        # Our classic root (`verifiers` answered by verifiers_rl) has this package, verifiers_rl.v1, as its `v1`
+        # attribute once it is imported, and `import verifiers.v1 as vf` in v1 code reads that attribute: point it
+        # at the real verifiers.v1 (modules here import verifiers_rl.v1.* by name, never through the attribute).
+        root.v1 = vf
+    return vf
 
 
 def env_config_data(env: str | dict, taskset_args: dict | None = None) -> dict:

@@ -1,0 +1,70 @@
+"""One environment of vf-rl's `[env]` / `[[eval.env]]` or vf-eval's command line, classic or verifiers v1, as
+`envs.loading.environment_api` decides (the one decision; `api` = "auto" | "classic" | "v1").
+
+- classic: `load_environment(**args)` of the id's module (`network.load_environment_or_one_line`);
+- v1: `args` is the v1 env config (`taskset = {<its config fields>}`, `agent = {harness = {id = ...}, runtime =
+  {type = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`; a folder id (`./my_taskset`, holding
+  `my_taskset.py` or `my_taskset/__init__.py`) puts that folder on sys.path. No line is printed here: the v1
+  environment's first rollout prints the one line naming the v1 API, its version and each seat's harness/runtime.
+
+Failures are one line (`EnvironmentLoadError` / `EnvironmentArgsError`), a missing verifiers 0.4 naming
+`uv sync --extra verifiers-v1`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, add_env_path, environment_api,
+                                       first_line, is_folder_id, module_name_for)
+
+
+def load_env_entry(env_id: str, args: dict[str, Any] | None = None, *, api: str = "auto",
+                   path: str | Path | None = None) -> Any:
+    """The environment `env_id` with `args`: a classic one, or a `V1Environment` (docstring above)."""
+    chosen, why = environment_api(env_id, api, path)
+    if chosen == "classic":
+        from verifiers_rl.network import load_environment_or_one_line
+
+        add_env_path(path)
+        return load_environment_or_one_line(env_id, **(args or {}))
+    return load_v1_entry(env_id, dict(args or {}), path, why)
+
+
+def _v1_config(env_id: str, args: dict[str, Any]) -> dict[str, Any]:
+    taskset = args.get("taskset") or {}
+    if not isinstance(taskset, dict):
+        raise EnvironmentArgsError(f"environment {env_id!r}: args.taskset must be a table of the taskset's config "
+                                   f"fields, got {taskset!r}")
+    tid = module_name_for(env_id) if is_folder_id(env_id) else env_id.strip()
+    if taskset.get("id") not in (None, tid):
+        raise EnvironmentArgsError(f"environment {env_id!r}: args.taskset.id = {taskset['id']!r}: the taskset is "
+                                   f"the [env] id (vf-eval: the env id); drop args.taskset.id")
+    return {**args, "taskset": {**taskset, "id": tid}}
+
+
+def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, why: str) -> Any:
+    """A `V1Environment` for `env_id`, its v1 config `args` (docstring above); `why`: the API decision's reason."""
+    from verifiers_rl.v1.environment import load_v1_environment
+    from verifiers_rl.v1.loading import require_v1
+
+    try:
+        require_v1()
+    except ModuleNotFoundError as e:
+        raise EnvironmentLoadError(f"environment {env_id!r}: {e}") from None
+    data = _v1_config(env_id, args)
+    if is_folder_id(env_id):
+        path = Path(env_id.strip()).expanduser()
+    try:
+        return load_v1_environment(data, path=path, api_note=why)
+    except (EnvironmentArgsError, EnvironmentLoadError):
+        raise
+    except Exception as e:
+        errors = getattr(e, "errors", None)
+        if callable(errors) and errors():  # pydantic: the first error, at its config key
+            err = errors()[0]
+            key = ".".join(str(p) for p in err.get("loc", ()))
+            raise EnvironmentArgsError(f"environment {env_id!r}: v1 config args.{key}: {err.get('msg')}") from e
+        raise EnvironmentLoadError(f"environment {env_id!r}: loading it as a verifiers v1 environment failed: "
+                                   f"{first_line(e)}") from e
