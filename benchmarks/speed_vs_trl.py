@@ -67,14 +67,15 @@ def digits_env():
     return letters_env("0123456789", rows)
 
 
-def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int) -> tuple[float, list[float]]:
+def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int, bf16: bool = False
+             ) -> tuple[float, list[float]]:
     import verifiers_rl as vf
 
     args = vf.RLConfig(output_dir=out, max_steps=steps, batch_size=w["batch_size"], rollouts_per_example=w["group"],
                        micro_batch_size=w["batch_size"], max_tokens=w["max_tokens"], max_seq_len=256,
                        max_prompt_len=128, learning_rate=w["lr"], lr_scheduler_type="constant",
                        use_lora=not w["full"], temperature=1.0, save_strategy="no", seed=seed, scale_rewards="none",
-                       sample_log_interval=0, logging_steps=1, report_to="none")
+                       sample_log_interval=0, logging_steps=1, report_to="none", bf16=bf16)
     trainer = vf.RLTrainer(model_dir, env, args)
     t0 = time.perf_counter()
     trainer.train()
@@ -84,7 +85,8 @@ def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int) -> t
     return dt / steps, [r["reward/all/mean"] for r in rec if "reward/all/mean" in r]
 
 
-def run_trl(model_dir: str, env, w: dict, steps: int, out: str, seed: int) -> tuple[float, list[float]]:
+def run_trl(model_dir: str, env, w: dict, steps: int, out: str, seed: int, bf16: bool = False
+            ) -> tuple[float, list[float]]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -114,7 +116,7 @@ def run_trl(model_dir: str, env, w: dict, steps: int, out: str, seed: int) -> tu
         output_dir=out, max_steps=steps, learning_rate=w["lr"], lr_scheduler_type="constant",
         per_device_train_batch_size=w["batch_size"], gradient_accumulation_steps=1, num_generations=w["group"],
         max_completion_length=w["max_tokens"], temperature=1.0, top_p=1.0, beta=0.0, loss_type="dapo",
-        scale_rewards="none", num_iterations=1, seed=seed, bf16=False, gradient_checkpointing=False,
+        scale_rewards="none", num_iterations=1, seed=seed, bf16=bf16, gradient_checkpointing=False,
         use_cpu=not torch.cuda.is_available(), logging_steps=1, save_strategy="no", report_to="none",
         disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=True)
     trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=config, train_dataset=Dataset.from_list(rows),

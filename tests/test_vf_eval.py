@@ -82,7 +82,7 @@ def test_environment_code_failing_to_load_is_one_line(tiny_model_dir, tmp_path):
         (tmp_path / "environments" / name).mkdir(parents=True)
         (tmp_path / "environments" / name / f"{name}.py").write_text(code)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    for env_id, expected in [("needs-dep", ["needs the module 'surely_not_installed_pkg'", "vf-install"]),
+    for env_id, expected in [("needs-dep", ["needs the module 'surely_not_installed_pkg'", "vfrl-install"]),
                              ("fetches", ["load_environment() failed: ConnectionError: could not reach example.org"])]:
         r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.eval", env_id, "-m", str(tiny_model_dir)],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

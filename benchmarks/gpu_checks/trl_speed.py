@@ -2,15 +2,12 @@
 model (the 0.6B-shaped one), task (benchmarks/speed_vs_trl.py's `letters_env`: reward = share of lowercase
 letters), batch, group, max_tokens, learning rate and steps, full fine-tuning, bf16 on both sides (fp32 weights
 under autocast), both generating in-process (RLTrainer's local engine, TRL's `generate`), no checkpoints, logging
-every step; median of alternating pairs (the order flips every pair). speed_vs_trl.py's own run functions pin
-fp32 and the CPU workloads, hence these two."""
+every step; median of alternating pairs (the order flips every pair). The runs are speed_vs_trl.py's own, with
+this check's workload and bf16."""
 
 from __future__ import annotations
 
-import json
 import statistics
-import time
-from pathlib import Path
 from typing import Any
 
 from .common import CheckFailed, Ctx, Outcome, cuda_reset, finite
@@ -21,54 +18,15 @@ SMOKE_WORKLOAD = dict(batch_size=8, group=4, max_tokens=8, lr=1e-5, steps=2, pai
 
 
 def run_ours(model_dir: str, env: Any, w: dict, out: str, seed: int, bf16: bool) -> tuple[float, list[float]]:
-    import verifiers_rl as vf
+    from speed_vs_trl import run_ours as ours
 
-    args = vf.RLConfig(output_dir=out, max_steps=w["steps"], batch_size=w["batch_size"],
-                       rollouts_per_example=w["group"], micro_batch_size=w["batch_size"], max_tokens=w["max_tokens"],
-                       max_seq_len=256, max_prompt_len=128, learning_rate=w["lr"], lr_scheduler_type="constant",
-                       use_lora=False, temperature=1.0, save_strategy="no", seed=seed, scale_rewards="none",
-                       sample_log_interval=0, logging_steps=1, report_to="none", bf16=bf16,
-                       inference_backend="local", disable_tqdm=True)
-    trainer = vf.RLTrainer(model_dir, env, args)
-    t0 = time.perf_counter()
-    trainer.train()
-    dt = time.perf_counter() - t0
-    trainer.close()
-    rec = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-    return dt / w["steps"], [r["reward/all/mean"] for r in rec if "reward/all/mean" in r]
+    return ours(model_dir, env, {**w, "full": True}, w["steps"], out, seed, bf16=bf16)
 
 
 def run_trl(model_dir: str, env: Any, w: dict, out: str, seed: int, bf16: bool) -> tuple[float, list[float]]:
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from speed_vs_trl import run_trl as trl
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    rows = [{"prompt": r["prompt"], "answer": r["answer"]} for r in env.get_dataset().to_list()]
-    rewards: list[float] = []
-
-    def env_reward(prompts, completions, answer, **kw) -> list[float]:
-        states = [{"prompt": p, "completion": c, "answer": x, "task": "default", "info": {}, "trajectory": []}
-                  for p, c, x in zip(prompts, completions, answer)]
-        env.rubric.score_group_sync(states)
-        got = [float(s["reward"]) for s in states]
-        rewards.append(sum(got) / len(got))
-        return got
-
-    config = GRPOConfig(
-        output_dir=out, max_steps=w["steps"], learning_rate=w["lr"], lr_scheduler_type="constant",
-        per_device_train_batch_size=w["batch_size"], gradient_accumulation_steps=1, num_generations=w["group"],
-        max_completion_length=w["max_tokens"], temperature=1.0, top_p=1.0, beta=0.0, loss_type="dapo",
-        scale_rewards="none", num_iterations=1, seed=seed, bf16=bf16, gradient_checkpointing=False,
-        use_cpu=not torch.cuda.is_available(), logging_steps=1, save_strategy="no", report_to="none",
-        disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=True)
-    trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=config, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer)
-    t0 = time.perf_counter()
-    trainer.train()
-    return (time.perf_counter() - t0) / w["steps"], rewards
+    return trl(model_dir, env, {**w, "full": True}, w["steps"], out, seed, bf16=bf16)
 
 
 def _pair(ctx: Ctx, env: Any, w: dict, pair: int) -> dict[str, tuple[float, list[float]]]:
