@@ -23,7 +23,7 @@ from verifiers_rl.inference.vllm_server import VLLMLaunchError, VLLMServer, VLLM
 from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap
 from verifiers_rl.inference.runtime import Inference
 from verifiers_rl.inference.weight_transfer import NativeWeightTransfer
-from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY
+from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, server_arg
 from verifiers_rl.plan.transfer import NATIVE
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def server_launch_config(cfg: VLLMServerConfig, plan: Any, args: Any, *, served:
     from dataclasses import replace
 
     server_args = dict(cfg.args)
-    asked = next((v for k, v in server_args.items() if k.replace("_", "-").lstrip("-") == "dtype"), None)
+    asked = server_arg(server_args, "dtype")
     dtype = _server_dtype(args, asked, cuda=cuda)
     if asked is None:
         server_args["dtype"] = dtype  # the trainer's precision: logprobs that match

@@ -52,11 +52,18 @@ def visible_devices(positions: Any, visible: str | None = None) -> str:
     return ",".join(out)
 
 
-def _int_arg(args: dict[str, Any], name: str) -> int | None:
+def server_arg(args: dict[str, Any] | None, name: str) -> Any:
+    """A vLLM server argument from `[inference.args]` however it is spelled (`tensor-parallel-size`,
+    `tensor_parallel_size`, `--tensor-parallel-size`); None when absent."""
     for key, value in (args or {}).items():
         if str(key).lstrip("-").replace("-", "_") == name:
-            return int(value)
+            return value
     return None
+
+
+def _int_arg(args: dict[str, Any], name: str) -> int | None:
+    value = server_arg(args, name)
+    return None if value is None else int(value)
 
 
 def data_parallel_size(n_gpus: int, args: dict[str, Any] | None) -> int:

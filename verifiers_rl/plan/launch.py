@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from verifiers_rl.errors import ConfigError, VLLMLaunchError
-from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, data_parallel_size, gpu_ids, visible_devices
+from verifiers_rl.plan.gpus import (
+    DEFAULT_COLOCATED_GPU_MEMORY,
+    data_parallel_size,
+    gpu_ids,
+    server_arg,
+    visible_devices,
+)
 from verifiers_rl.plan.inference import InferencePlan, plan_inference
 
 PLAN_FILE = "plan.json"
@@ -245,7 +251,7 @@ def _precision(plan: RunPlan, cfg: Any) -> None:
     from verifiers_rl.plan.precision import plan_precision
 
     t = cfg.trainer.args
-    asked = next((v for k, v in cfg.inference.args.items() if str(k).lstrip("-").replace("-", "_") == "dtype"), None)
+    asked = server_arg(cfg.inference.args, "dtype")
     cuda = bool(plan.trainer_gpus)
     use_lora = bool(t.get("use_lora", True))
     try:
