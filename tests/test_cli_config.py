@@ -228,6 +228,13 @@ def test_batch_divisibility_with_several_trainer_gpus(tmp_path):
         "trainer.args.batch_size: batch_size=48 must be divisible by micro_batch_size x trainer.gpus = 16 x 2")
 
 
+def test_batch_divisibility_with_several_cpu_processes(tmp_path):
+    raw = {**BASE, "trainer": {"processes": 2, "args": {"output_dir": str(tmp_path), "batch_size": 48,
+                                                         "micro_batch_size": 16, "rollouts_per_example": 16}}}
+    assert err(resolve, raw).startswith(
+        "trainer.args.batch_size: batch_size=48 must be divisible by micro_batch_size x trainer.processes = 16 x 2")
+
+
 def test_env_that_cannot_be_loaded_and_unknown_env_args(tmp_path):
     raw = {"model": "m", "env": {"id": "owner/no-such-env"}, "trainer": {"args": {"output_dir": str(tmp_path)}}}
     msg = err(resolve, raw)
@@ -279,9 +286,9 @@ def test_unknown_subcommand(capsys):
 
 
 def plan(raw: dict, gpus: int, has_vllm: bool = True):
-    from verifiers_rl.launch import plan_launch
+    from plans import plan_for
 
-    return plan_launch(validate_run_config(raw), gpus, lambda: has_vllm)
+    return plan_for(validate_run_config(raw), gpus, lambda: has_vllm)
 
 
 def test_no_gpu_runs_on_cpu_with_the_local_engine():
@@ -297,7 +304,7 @@ def test_no_gpu_runs_on_cpu_with_the_local_engine():
 def test_a_gpu_config_on_a_machine_without_gpus_stops_before_anything_loads(tmp_path):
     """A config that states GPUs (the defaults state none) on a CPU machine: one block and exit 2, unless
     --allow-cpu; the GPU count is given to the planner, then checked through the real CLI."""
-    from verifiers_rl.launch import plan_launch
+    from plans import plan_for as plan_launch
 
     gpu_cfg = validate_run_config({**BASE, "inference": {"gpus": 1}, "trainer": {"gpus": 2}})
     with pytest.raises(ConfigError) as e:  # a short block, not one line: what it asks, what is here, what fits
@@ -366,7 +373,8 @@ def test_one_gpu_is_shared_by_the_server_and_the_trainer(tmp_path):
 
 
 def test_trainer_process_and_vllm_server_config(tmp_path):
-    from verifiers_rl.launch import build_processes, plan_launch
+    from plans import plan_for as plan_launch
+    from verifiers_rl.launch import build_processes
 
     p = plan({**BASE, "inference": {"gpus": 2}, "trainer": {"gpus": 2}}, 4)
     [trainer] = build_processes(p, tmp_path / "rl.toml")

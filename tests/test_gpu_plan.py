@@ -21,6 +21,7 @@ from verifiers_rl.config.schema import load_run
 from verifiers_rl.errors import VLLMLaunchError
 from verifiers_rl.plan.gpus import data_parallel_size, server_beside, visible_devices
 from verifiers_rl.plan.hardware import find_vllm_python
+from plans import plan_for
 from verifiers_rl.plan.launch import plan_launch
 from verifiers_rl.plan.memory import estimate_line, model_shape
 from verifiers_rl.plan.precision import logprob_atol, plan_precision
@@ -44,7 +45,7 @@ def _resolved(path: Path, *overrides: str, out: Path):
 
 
 def _plan(resolved, gpus: int):
-    plan = plan_launch(resolved.cfg, gpus, lambda: True, output_dir=resolved.output_dir)
+    plan = plan_launch(resolved.cfg, gpus, lambda: True, output_dir=resolved.output_dir, args=resolved.args)
     add_memory_line(plan, resolved.cfg, 80.0)
     return plan
 
@@ -202,7 +203,8 @@ def test_precision_is_decided_once_and_fp32_lora_on_a_gpu_server_is_one_line(tmp
     full = _plan(_resolved(path, "--trainer.args.use-lora", "false", "--trainer.args.bf16", "false",
                            out=tmp_path / "c"), 2)
     assert full.server["args"]["dtype"] == "float32"  # full fine-tuning in fp32: vLLM serves it as sent
-    cpu = plan_launch(_resolved(REPO / "configs/vf-rl/quickstart.toml", out=tmp_path / "q").cfg, 0)
+    quick = _resolved(REPO / "configs/vf-rl/quickstart.toml", out=tmp_path / "q")
+    cpu = plan_launch(quick.cfg, 0, args=quick.args)
     assert cpu.precision["train"] == "fp32"
     assert logprob_atol("torch.float32") == 1e-3 and logprob_atol("bfloat16") > logprob_atol("float16") > 1e-3
 
@@ -316,7 +318,7 @@ def test_vf_rl_and_a_scripts_server_share_one_layout_rule(monkeypatch):
               "trainer": {"gpus": [0]}}, 1), ({"trainer": {"gpus": 0}}, 1), ({"inference": {"gpus": [1]}}, 3)]
     for sections, visible in cases:
         cfg = _run_cfg(**sections)
-        plan = plan_launch(cfg, visible, lambda: True)
+        plan = plan_for(cfg, visible, lambda: True)
         layout = plan_gpus(cfg.inference.gpus, cfg.trainer.gpus, available=visible)
         assert (plan.server_gpus, plan.trainer_gpus, plan.colocated) == \
             (list(layout.inference), list(layout.trainer), layout.colocated), (sections, visible)
@@ -330,11 +332,11 @@ def test_vf_rl_and_a_scripts_server_share_one_layout_rule(monkeypatch):
         assert ("--gpu-memory-utilization" in server.command()) == plan.colocated
     # the rule's edges: a trainer on the CPU beside a server on the one GPU is not sharing it; a trainer that names
     # no GPUs (a script's) is; explicit ids on one GPU share it
-    assert not plan_launch(_run_cfg(trainer={"gpus": 0}), 1, lambda: True).colocated
+    assert not plan_for(_run_cfg(trainer={"gpus": 0}), 1, lambda: True).colocated
     assert plan_gpus(1, None, available=1).colocated and plan_gpus([0], [0], available=1).colocated
-    assert plan_launch(_run_cfg(inference={"gpus": [1]}), 3, lambda: True).trainer_gpus == [2]  # after the server's
+    assert plan_for(_run_cfg(inference={"gpus": [1]}), 3, lambda: True).trainer_gpus == [2]  # after the server's
     with pytest.raises(ConfigError, match=r"^inference.gpus / trainer.gpus: inference and trainer GPUs overlap"):
-        plan_launch(_run_cfg(inference={"gpus": [0, 1]}, trainer={"gpus": [1]}), 2, lambda: True)
+        plan_for(_run_cfg(inference={"gpus": [0, 1]}, trainer={"gpus": [1]}), 2, lambda: True)
 
 
 def test_a_scripts_server_config_is_laid_out_by_the_plan():
@@ -361,9 +363,9 @@ def test_auto_means_one_thing_in_every_caller():
                                                                          can_start_server=True) == "vllm"
     assert resolve_backend("local", server_given=True) == "local"
     # vf-rl starts a server unasked only on GPUs with a vLLM Python; a script's trainer never does
-    assert plan_launch(_run_cfg(), 1, lambda: True).backend == "vllm"
-    assert plan_launch(_run_cfg(), 1, lambda: False).backend == "local"
-    assert plan_launch(_run_cfg(), 0).backend == "local"
+    assert plan_for(_run_cfg(), 1, lambda: True).backend == "vllm"
+    assert plan_for(_run_cfg(), 1, lambda: False).backend == "local"
+    assert plan_for(_run_cfg(), 0).backend == "local"
     args = _script_args()
     assert inference_plan_for(args, cuda=True, trainer_devices=[0], visible=1).backend == "local"
     # a server given (here a port nothing answers at) means vLLM for both, started by the trainer
@@ -372,7 +374,7 @@ def test_auto_means_one_thing_in_every_caller():
     port = free_port()
     args.vllm_server_port = port
     assert inference_plan_for(args, cuda=False).start_server
-    assert plan_launch(_run_cfg(trainer={"args": {"vllm_server_port": port}}), 0).start_server
+    assert plan_for(_run_cfg(trainer={"args": {"vllm_server_port": port}}), 0).start_server
 
 
 def test_a_server_already_answering_at_the_port_is_used_by_the_plan():
@@ -398,7 +400,7 @@ def test_a_server_already_answering_at_the_port_is_used_by_the_plan():
         url = f"http://127.0.0.1:{port}"
         plan = inference_plan_for(_script_args(vllm_server_port=port), cuda=False)
         assert plan.backend == "vllm" and plan.urls == [url] and not plan.start_server
-        run = plan_launch(_run_cfg(trainer={"args": {"vllm_server_port": port}}), 1, lambda: True)
+        run = plan_for(_run_cfg(trainer={"args": {"vllm_server_port": port}}), 1, lambda: True)
         assert run.urls == [url] and not run.start_server and run.server is None
         assert run.lines[0] == f"inference: vLLM server(s) at {url}"
     finally:

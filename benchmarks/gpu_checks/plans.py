@@ -37,7 +37,7 @@ def _plan_here(cfg: Path, out: Path, gpus: int) -> str:
 
     try:
         resolved, _ = load_run(["@", str(cfg), "--output-dir", str(out)], check_environments=False)
-        plan = plan_launch(resolved.cfg, gpus, allow_cpu=False, output_dir=out, source=str(cfg))
+        plan = plan_launch(resolved.cfg, gpus, allow_cpu=False, output_dir=out, source=str(cfg), args=resolved.args)
     except ConfigError as e:
         return "stops: " + str(e).splitlines()[0]
     return " | ".join(plan.lines) + f" | {plan.world_size} training process(es), backend {plan.backend}"

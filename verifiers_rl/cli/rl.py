@@ -160,7 +160,7 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         if reused:
             raise ConfigError(reused)
         plan = plan_launch(resolved.cfg, gpu_count(), allow_cpu=bool(options.get("allow_cpu")),
-                           output_dir=resolved.output_dir,
+                           output_dir=resolved.output_dir, args=resolved.args,
                            source=" @ ".join(str(p) for p in resolved.config_files) or None)
         from verifiers_rl.launching.preview import add_memory_line
 

@@ -13,7 +13,8 @@ from verifiers_rl.config.composition import compose
 from verifiers_rl.config.loading import ConfigError, parse_args, read_env_file
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, RunConfig
 from verifiers_rl.config.trainer_args import build_rl_config, rl_field_info
-from verifiers_rl.config.validation import check_envs, gpu_ids, rl_config_kwargs, validate_run_config
+from verifiers_rl.config.validation import check_envs, rl_config_kwargs, validate_run_config
+from verifiers_rl.plan.gpus import asked_world_size
 
 
 # --- resolution ------------------------------------------------------------------------------------------------------
@@ -38,12 +39,14 @@ class ResolvedRun:
         return str(self.args.run_name)
 
 
-def _check_multi_gpu_batch(cfg: RunConfig, args: Any) -> None:
-    world = gpu_ids(cfg.trainer.gpus, "trainer.gpus")
+def _check_batch_split(cfg: RunConfig, args: Any) -> None:
+    """The batch splits evenly over the training processes the config asks for (RLConfig checks the world it
+    runs in again, once torch.distributed is up)."""
+    world, key = asked_world_size(cfg.trainer)
     if world > 1 and args.batch_size % (args.micro_batch_size * world) != 0:
         raise ConfigError(
             f"trainer.args.batch_size: batch_size={args.batch_size} must be divisible by micro_batch_size x "
-            f"trainer.gpus = {args.micro_batch_size} x {world}; change batch_size or micro_batch_size")
+            f"{key} = {args.micro_batch_size} x {world}; change batch_size or micro_batch_size")
 
 
 def _check_resume(args: Any) -> None:
@@ -89,7 +92,7 @@ def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, c
             read_env_file(p)  # syntax only: values go to os.environ at launch, never into the config
         kwargs = rl_config_kwargs(cfg, options.get("output_dir"))
         args = build_rl_config(kwargs)
-        _check_multi_gpu_batch(cfg, args)
+        _check_batch_split(cfg, args)
         _check_resume(args)
         if check_environments:
             check_envs(cfg)

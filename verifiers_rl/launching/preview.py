@@ -100,7 +100,7 @@ def preview_lines(resolved: Any, gpus: int, gpu_memory_gb: float | None = None,
     cfg, out = resolved.cfg, str(resolved.output_dir)
 
     def make() -> tuple[RunPlan, tuple[list[str], str] | None]:
-        plan = plan_launch(cfg, gpus, has_vllm, output_dir=out)
+        plan = plan_launch(cfg, gpus, has_vllm, output_dir=out, args=resolved.args)
         add_memory_line(plan, cfg, gpu_memory_gb or 80.0)
         return plan, server_command(cfg, plan, out) if plan.start_server else None
 

@@ -106,6 +106,14 @@ def gpu_ids(spec: int | list[int], key: str) -> int:
     return spec
 
 
+def asked_world_size(trainer: Any) -> tuple[int, str]:
+    """(training processes a `[trainer]` section asks for, the key that asks): `processes` when set (with GPUs it
+    must equal their count: the plan checks that against the machine in `_world_size`), else one per trainer GPU."""
+    if trainer.processes is not None:
+        return int(trainer.processes), "trainer.processes"
+    return max(1, gpu_ids(trainer.gpus, "trainer.gpus")), "trainer.gpus"
+
+
 def devices(spec: int | list[int] | tuple[int, ...] | None, start: int) -> tuple[int, ...]:
     """A count (the next `spec` ids from `start`) or explicit device ids."""
     if spec is None:

@@ -122,33 +122,34 @@ def _no_gpu_block(asked: list[str], source: str | None) -> str:
             f"  for a CPU run: vf-rl @ {CPU_CONFIG}   (or pass --allow-cpu to run {source} on the CPU anyway)")
 
 
-def _inference(cfg: Any, backend: str, urls: list[str], *, cuda: bool, colocated: bool) -> InferencePlan:
-    """The trainer args' own inference settings, with what [inference] and the hardware decided."""
+def _inference(cfg: Any, args: Any, backend: str, urls: list[str], *, cuda: bool, colocated: bool) -> InferencePlan:
+    """The trainer args' own inference settings (the built RLConfig's: its defaults are declared there only), with
+    what [inference] and the hardware decided."""
     t = cfg.trainer.args
     from verifiers_rl.plan.hardware import vllm_importable
 
     try:
         return plan_inference(
             backend=backend, urls=urls, host=str(t.get("vllm_server_host") or cfg.inference.host),
-            port=t.get("vllm_server_port") or cfg.inference.port, local_async=bool(t.get("local_async", False)),
-            use_lora=bool(t.get("use_lora", True)), transfer=str(t.get("vllm_weight_transfer", "auto")),
+            port=t.get("vllm_server_port") or cfg.inference.port, local_async=bool(args.local_async),
+            use_lora=bool(args.use_lora), transfer=str(args.vllm_weight_transfer),
             transfer_host=t.get("vllm_weight_transfer_host"), cuda=cuda,
             vllm_in_trainer=cuda and vllm_importable(), colocated=colocated)
     except VLLMLaunchError as e:
         raise ConfigError(f"trainer.args.vllm_weight_transfer: {e}") from None
 
 
-def _cpu_plan(cfg: Any, backend: str, server_urls: list[str]) -> RunPlan:
+def _cpu_plan(cfg: Any, args: Any, backend: str, server_urls: list[str]) -> RunPlan:
     backend = resolve_backend(backend, server_given=_server_given(cfg, server_urls))  # no server unasked on a CPU
     if server_urls and backend != "local":
         line = f"no GPU found: training on the CPU; inference: vLLM server(s) at {', '.join(server_urls)}"
-        return RunPlan([line], _inference(cfg, "vllm", server_urls, cuda=False, colocated=False))
+        return RunPlan([line], _inference(cfg, args, "vllm", server_urls, cuda=False, colocated=False))
     if backend == "vllm":
         line = ("no GPU found: training on the CPU; inference: a vLLM server on the CPU, started by the trainer "
                 "(inference.backend = 'vllm')")
-        return RunPlan([line], _inference(cfg, "vllm", [], cuda=False, colocated=False))
+        return RunPlan([line], _inference(cfg, args, "vllm", [], cuda=False, colocated=False))
     line = "no GPU found: running on the CPU with the local engine (in-process generation)"
-    return RunPlan([line], _inference(cfg, "local", [], cuda=False, colocated=False))
+    return RunPlan([line], _inference(cfg, args, "local", [], cuda=False, colocated=False))
 
 
 def _check_visible(cfg: Any, n_inf: int, n_tr: int, server_ids: list[int], trainer_ids: list[int],
@@ -200,7 +201,7 @@ def _gpu_backend(cfg: Any, backend: str, server_urls: list[str], has_vllm: Calla
     return "local", [], False
 
 
-def _gpu_plan(cfg: Any, gpus_visible: int, backend: str, server_urls: list[str],
+def _gpu_plan(cfg: Any, args: Any, gpus_visible: int, backend: str, server_urls: list[str],
               has_vllm: Callable[[], bool]) -> RunPlan:
     inf = cfg.inference
     n_inf = gpu_ids(inf.gpus, "inference.gpus")
@@ -217,44 +218,46 @@ def _gpu_plan(cfg: Any, gpus_visible: int, backend: str, server_urls: list[str],
     server_ids, trainer_ids, colocated = list(layout.inference), list(layout.trainer), layout.colocated
     _check_visible(cfg, n_inf, n_tr, server_ids, trainer_ids, start_server, colocated, gpus_visible)
     _describe(cfg, lines, server_ids, trainer_ids, start_server, colocated)
-    inference = _inference(cfg, backend, urls, cuda=bool(trainer_ids), colocated=colocated)
+    inference = _inference(cfg, args, backend, urls, cuda=bool(trainer_ids), colocated=colocated)
     return RunPlan(lines, inference, server_ids, trainer_ids, gpus_visible)
 
 
 def plan_launch(cfg: Any, gpus_visible: int, has_vllm: Callable[[], bool] | None = None, *,
-                allow_cpu: bool = True, output_dir: str | Path | None = None, source: str | None = None) -> RunPlan:
-    """The run against this machine. `has_vllm()` says whether a Python with vLLM exists (asked for backend 'auto'
-    on GPUs). One-line ConfigError when GPUs are present but fewer than asked; with `allow_cpu=False`, a short
-    block when the config asks for GPUs and there are none."""
+                allow_cpu: bool = True, output_dir: str | Path | None = None, source: str | None = None,
+                args: Any) -> RunPlan:
+    """The run against this machine. `args` is the run's built RLConfig (`ResolvedRun.args`): the plan reads its
+    values, so RLConfig's defaults are declared there only. `has_vllm()` says whether a Python with vLLM exists (asked
+    for backend 'auto' on GPUs). One-line ConfigError when GPUs are present but fewer than asked; with
+    `allow_cpu=False`, a short block when the config asks for GPUs and there are none."""
     backend, server_urls = _requested(cfg)
     if gpus_visible == 0:
         asked = gpus_asked(cfg)
         if asked and not allow_cpu:
             raise ConfigError(_no_gpu_block(asked, source))
-        plan = _cpu_plan(cfg, backend, server_urls)
+        plan = _cpu_plan(cfg, args, backend, server_urls)
     else:
         if has_vllm is None:
             from verifiers_rl.plan.hardware import vllm_available
 
             def has_vllm() -> bool:
                 return vllm_available(cfg.inference.python)
-        plan = _gpu_plan(cfg, gpus_visible, backend, server_urls, has_vllm)
+        plan = _gpu_plan(cfg, args, gpus_visible, backend, server_urls, has_vllm)
     plan.gpus_visible = gpus_visible
     _processes(plan, cfg)
-    _precision(plan, cfg)
+    _precision(plan, cfg, args)
     if plan.start_server:
         plan.server = server_settings(cfg, plan, output_dir)
     return plan
 
 
-def _precision(plan: RunPlan, cfg: Any) -> None:
+def _precision(plan: RunPlan, cfg: Any, args: Any) -> None:
     """The run's precision (plan/precision.py), one line before launch for a choice vLLM can't serve."""
     from verifiers_rl.plan.precision import plan_precision
 
     t = cfg.trainer.args
     asked = server_arg(cfg.inference.args, "dtype")
     cuda = bool(plan.trainer_gpus)
-    use_lora = bool(t.get("use_lora", True))
+    use_lora = bool(args.use_lora)
     try:
         precision = plan_precision(bf16=t.get("bf16"), fp16=bool(t.get("fp16", False)), use_lora=use_lora,
                                    cuda=cuda, server_dtype=asked, vllm_server=plan.start_server)
