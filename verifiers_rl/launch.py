@@ -56,9 +56,13 @@ def worker_main(config_path: str) -> int:
     from verifiers_rl.errors import ModelNotFoundError, ModelServerError, NetworkError, TrainingStalledError
     from verifiers_rl.rubrics.rubric import RubricSetupError
 
+    from verifiers_rl.env_output import route_env_output
+
+    rank = int(os.environ.get("RANK", "0"))
+    route_env_output(Path(resolved.output_dir) / "logs", rank)  # environment prints and logs: logs/env.log
     try:
         # several training processes: rank 0 speaks for all (errors still reach stderr from every rank)
-        run(resolved.cfg, resolved.rl_kwargs, Console(quiet=os.environ.get("RANK", "0") != "0"), plan)
+        run(resolved.cfg, resolved.rl_kwargs, Console(quiet=rank != 0), plan)
     except RubricSetupError as e:  # a judge with no endpoint, or one that would be the policy's own server
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2

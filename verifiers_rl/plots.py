@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 EVAL_SUFFIX = "/reward/mean"
+HELD_OUT = ("eval/", "val/")  # [eval]'s series and the periodic validation's
 PANELS = [
     ("train reward", ["reward/all/mean"]),
-    ("held-out eval reward", None),  # every eval/<env>/reward/mean series
+    ("held-out eval reward", None),  # every eval/<env>/reward/mean and val/<env>/reward/mean series
     ("loss", ["loss/mean"]),
     ("entropy", ["entropy/mean"]),
     ("step time (s)", ["time/step"]),
@@ -50,7 +51,7 @@ def _panels(records: list[dict]) -> list[tuple[str, list[str]]]:
     out = []
     for title, keys in PANELS:
         if keys is None:
-            keys = sorted({k for r in records for k in r if k.startswith("eval/") and k.endswith(EVAL_SUFFIX)})
+            keys = sorted({k for r in records for k in r if k.startswith(HELD_OUT) and k.endswith(EVAL_SUFFIX)})
         keys = [k for k in keys if series(records, k)[0]]
         if keys:
             out.append((title, keys))
@@ -63,8 +64,9 @@ def _draw(ax: Any, title: str, records: list[dict], keys: list[str]) -> None:
         if key == "reward/all/mean":
             raw = ax.plot(xs, ys, alpha=0.3, linewidth=1, label="per step")[0]
             ax.plot(xs, smooth(ys), color=raw.get_color(), linewidth=2, label="smoothed")
-        elif key.startswith("eval/"):
-            label = key.removeprefix("eval/").removesuffix(EVAL_SUFFIX)
+        elif key.startswith(HELD_OUT):
+            # [eval] envs by name; the training env's validation ([val] / eval_steps) as "val <env>"
+            label = key.removeprefix("eval/").removesuffix(EVAL_SUFFIX).replace("val/", "val ", 1)
             ax.plot(xs, ys, marker="o", markersize=4, label=label)  # few points: before, every interval, after
         else:
             ax.plot(xs, ys, alpha=0.3 if len(xs) >= 30 else 1.0, marker="o" if len(xs) < 30 else None, markersize=3)

@@ -137,7 +137,11 @@ hardware at launch (`use_cpu`, `dataloader_pin_memory`) and those `[inference]` 
    `torchrun --standalone --nproc_per_node N` when N > 1 (N = `trainer.gpus`, or `trainer.processes` without
    GPUs; see docs/multi-node.md). Its output goes to the console and to
    `<output_dir>/logs/trainer.log` (escape codes stripped). It builds the tiny model and runs the warm-up when asked,
-   evaluates, trains, evaluates again.
+   evaluates, trains, evaluates again. With several processes that is rank 0's output: ranks 1.. write theirs to
+   `logs/trainer/torchrun/<run id>/attempt_0/<rank>/{stdout,stderr}.log` (torchrun's `--log-dir` /
+   `--redirects`; a failed run names the non-empty `stderr.log` files). What environment code prints while
+   rollouts run (reward functions, tools, the environment) and the environment loggers' records (`verifiers`,
+   `verifiers_rl.envs`, `verifiers_rl.rubrics`, INFO and up) go to `logs/env.log` (`env.rankN.log` for rank N > 0).
 4. A vLLM server, when needed, is started by the trainer (`RLTrainer(..., vllm_server=...)`, so it serves the model
    the warm-up just built) from `[inference]`: `python`, `host`, `port` (None: a free port), `args` as server flags,
    its GPUs as `CUDA_VISIBLE_DEVICES` (several: `--data-parallel-size N`), logging to
@@ -183,8 +187,9 @@ def configuration_md() -> str:
         section_table(WarmupSection, "warmup."),
         "\n## `[eval]` (optional)\n\nHeld-out eval of the starting and the trained policy on the same examples "
         "(the paired gain and its standard error are printed), and every `interval` steps during training "
-        "(metrics `eval/<name>/...` in `metrics.jsonl`). For a periodic eval of the training env alone, "
-        "`trainer.args.eval_steps` does the same inside the trainer.\n",
+        "(metrics `eval/<name>/...` in `metrics.jsonl`, with `avg@k` and `pass@k`, k = `rollouts_per_example`). "
+        "For a periodic validation of the training env alone, `trainer.args.eval_steps` does the same inside the "
+        "trainer, logged as `val/<env>/...` so the two cadences never share a series.\n",
         section_table(EvalSection, "eval."),
         "\n### `[[eval.env]]`\n", section_table(EvalEnvSection, "eval.env.N."),
         "\n## `[teacher]` (optional)\n\nThe teacher of `training_mode = \"opd\"` or `\"sft\"` "

@@ -141,8 +141,8 @@ MAPPING: list[Rule] = [
     Rule("eval.eval_base_model", "eval.before", "also evaluate the starting model (default false); eval.after = false"),
     Rule("[[eval.env]]", "[[eval.env]]", "`id`, `name`, `args`, `num_examples`, `rollouts_per_example` as is; none "
          "given: the training env"),
-    Rule("val.interval", "trainer.args.eval_steps", "periodic eval on the training env's eval split (its train split "
-         "when it has none)", direct=True),
+    Rule("val.interval", "trainer.args.eval_steps", "periodic validation on the training env's eval split (its "
+         "train split when it has none), logged as `val/<env>/...` (`[eval]` logs `eval/<name>/...`)", direct=True),
     Rule("val.num_examples", "trainer.args.eval_num_examples", "as is", direct=True),
     Rule("val.rollouts_per_example", "trainer.args.eval_rollouts_per_example", "as is", direct=True),
     Rule("buffer.online_difficulty_filtering", "trainer.args.online_difficulty_filtering", "as is", direct=True),

@@ -16,6 +16,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from verifiers_rl.clients import Client
+from verifiers_rl.env_output import env_output
 from verifiers_rl.envs.environment import RUN_MAX_SEQ_LEN
 from verifiers_rl.envs.generation import input_rows, rubric_cleanup
 from verifiers_rl.envs.real_runtime import generate_states_real, is_real_env, limit_real_env
@@ -72,16 +73,17 @@ async def generate_states(env: Any, rows: Any, client: Any, model: str, sampling
     `max_seq_len` (a trainer's context limit): a multi-turn rollout of an environment without a limit of its own
     stops once prompt + completion fill it, and its tokens are cut to it."""
     rows = input_rows(rows)
-    if is_real_env(env):  # the installed verifiers package's environment: its own runtime (envs.real_runtime)
-        limit_real_env(env, max_seq_len)
-        return await generate_states_real(env, rows, client, model, sampling_args, rollouts_per_example,
-                                          max_concurrent, score, on_group_done)
-    token = RUN_MAX_SEQ_LEN.set(max_seq_len)  # the rollout tasks below copy this context
-    try:
-        return await _generate_states(env, rows, client, model, sampling_args, rollouts_per_example,
-                                      max_concurrent, score, on_group_done, keep_empty)
-    finally:
-        RUN_MAX_SEQ_LEN.reset(token)
+    with env_output():  # a vf-rl run: what environment code prints goes to logs/env.log (env_output.py)
+        if is_real_env(env):  # the installed verifiers package's environment: its own runtime (envs.real_runtime)
+            limit_real_env(env, max_seq_len)
+            return await generate_states_real(env, rows, client, model, sampling_args, rollouts_per_example,
+                                              max_concurrent, score, on_group_done)
+        token = RUN_MAX_SEQ_LEN.set(max_seq_len)  # the rollout tasks below copy this context
+        try:
+            return await _generate_states(env, rows, client, model, sampling_args, rollouts_per_example,
+                                          max_concurrent, score, on_group_done, keep_empty)
+        finally:
+            RUN_MAX_SEQ_LEN.reset(token)
 
 
 async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, model: str, sampling_args: dict | None,

@@ -1,6 +1,7 @@
 """The processes a launch runs, from the plan (`verifiers_rl.plan.RunPlan`): the trainer process(es), started by
 the plan's launcher (`python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml`); the trainer starts the
-vLLM server itself when the plan says so (logs/inference.log)."""
+vLLM server itself when the plan says so (logs/inference.log). With several training processes, ranks 1.. log to
+logs/trainer/torchrun/ (torchrun's --log-dir / --redirects)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,28 @@ class Process:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def build_processes(plan: RunPlan, config_path: Path) -> list[Process]:
-    """The trainer process (it starts the vLLM server itself when one is needed)."""
+RANK_LOGS = Path("trainer") / "torchrun"  # under logs/: torchrun's <run id>/attempt_0/<rank>/{stdout,stderr}.log
+
+
+def rank_log_args(world_size: int, logs_dir: Path | None) -> list[str]:
+    """torchrun's own per-rank log options: ranks 1.. write their stdout and stderr to files of their own under
+    `logs/trainer/torchrun/` (not the console, not trainer.log). Rank 0's output stays as it was (console +
+    trainer.log): torchrun's --tee would put a `[default0]:` prefix on every line and cut the live progress bar
+    into lines."""
+    if world_size <= 1 or logs_dir is None:
+        return []
+    return ["--log-dir", str(logs_dir / RANK_LOGS), "--redirects", ",".join(f"{r}:3" for r in range(1, world_size))]
+
+
+def rank_stderr_logs(logs_dir: Path) -> list[Path]:
+    """The ranks' non-empty stderr files (where a rank other than 0 left its traceback)."""
+    root = logs_dir / RANK_LOGS
+    return sorted(p for p in root.glob("*/attempt_*/*/stderr.log") if p.stat().st_size) if root.is_dir() else []
+
+
+def build_processes(plan: RunPlan, config_path: Path, logs_dir: Path | None = None) -> list[Process]:
+    """The trainer process (it starts the vLLM server itself when one is needed); with several training processes
+    and `logs_dir`, each rank but 0 logs to its own files there (`rank_log_args`)."""
     worker = ["-m", "verifiers_rl.launch", "worker", str(config_path)]
-    return [Process("trainer", [*plan.launcher, *worker], dict(plan.trainer_env))]
+    launcher = [*plan.launcher, *rank_log_args(plan.world_size, logs_dir)]
+    return [Process("trainer", [*launcher, *worker], dict(plan.trainer_env))]

@@ -35,7 +35,7 @@ def prepare_launch(run: Any, plan: RunPlan, options: dict[str, Any], detached: b
     data = resolved_dict(run)
     config_path = write_resolved(run, data=data)
     write_plan(plan, out)
-    procs = build_processes(plan, config_path.resolve())
+    procs = build_processes(plan, config_path.resolve(), (out / "logs").resolve())
     (out / "configs" / LAUNCH_FILE).write_text(json.dumps(
         {"main": "trainer", "processes": [vars(p) for p in procs]}, indent=2))
     apply_process_settings(run.cfg)

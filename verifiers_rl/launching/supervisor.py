@@ -1,6 +1,6 @@
-"""The supervisor: runs the processes of `<output_dir>/configs/launch.json`, tees the trainer's output to the console
-and `logs/trainer.log`, keeps `run.json` current, and on Ctrl-C / SIGTERM stops every child (SIGTERM to each
-child's process group, SIGKILL after STOP_GRACE_S)."""
+"""The supervisor: runs the processes of `<output_dir>/configs/launch.json`, tees the trainer's output (rank 0's, with
+several training processes) to the console and `logs/trainer.log`, keeps `run.json` current, and on Ctrl-C /
+SIGTERM stops every child (SIGTERM to each child's process group, SIGKILL after STOP_GRACE_S)."""
 
 from __future__ import annotations
 
@@ -194,6 +194,11 @@ def supervise(output_dir: str | Path, echo: bool = True) -> int:
             print(f"\nstopped ({signal.Signals(got[0]).name}): every process ended; run dir {out}", flush=True)
         elif failure:
             print(f"error: {failure}", file=sys.stderr, flush=True)
+    if status == "failed":
+        from verifiers_rl.launching.planning import rank_stderr_logs
+
+        for path in rank_stderr_logs(logs):  # a rank other than 0 failed: its traceback is in its own file
+            print(f"rank output: {path}", file=sys.stderr, flush=True)
     return rc
 
 

@@ -69,10 +69,12 @@ class ConsoleCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        evals = {k: v for k, v in logs.items() if k.startswith("eval/") and k.endswith("reward/mean")}
-        if evals:
-            parts = [f"{k.removeprefix('eval/').removesuffix('/reward/mean')} {_fmt(v)}" for k, v in evals.items()]
-            self.console.print(f"[bold magenta]eval[/] step {state.global_step}: reward " + ", ".join(parts), soft_wrap=True)
+        for kind in ("val", "eval"):  # the training env's validation ([val] / eval_steps), then [eval]'s envs
+            evals = {k: v for k, v in logs.items() if k.startswith(f"{kind}/") and k.endswith("/reward/mean")}
+            if evals:
+                parts = [f"{k[len(kind) + 1:].removesuffix('/reward/mean')} {_fmt(v)}" for k, v in evals.items()]
+                self.console.print(f"[bold magenta]{kind}[/] step {state.global_step}: reward " + ", ".join(parts),
+                                   soft_wrap=True)
         if "reward/all/mean" in logs:
             parts = [f"{label} {_fmt(logs[k])}" for k, label in self.KEYS if k in logs]
             self.console.print(f"[bold cyan]step {state.global_step}/{state.max_steps}[/] " + " | ".join(parts), soft_wrap=True)
@@ -134,13 +136,15 @@ class RLControlCallback(TrainerCallback):
 
 
 def _add_perf(trainer: Any, args: Any) -> None:
-    """perf/throughput, perf/peak_memory into the step's pending metrics (time/step is set by now)."""
+    """perf/throughput, perf/peak_memory, perf/mfu (a known GPU) into the step's pending metrics (time/step is set
+    by now)."""
     pending = getattr(trainer, "_pending", None)
     states = getattr(trainer, "_last_states", None)
     if pending and states and "time/step" in pending[-1]:
         from verifiers_rl.trainer.rollout_metrics import perf_metrics
 
-        pending[-1].update(perf_metrics(states, pending[-1]["time/step"], args.world_size, args.device))
+        pending[-1].update(perf_metrics(states, pending[-1]["time/step"], args.world_size, args.device,
+                                        model=trainer.model))
 
 
 def _plot(output_dir: str) -> None:

@@ -1,6 +1,6 @@
 """A step's rollout metrics, by prime-rl's names where the meaning is the same: `reward`, `seq_len`,
 `is_truncated`, `num_turns` for all rollouts and per env (`<name>/all/mean`, `<name>/<env>/mean` when a step
-mixes envs), empty and errored rollout rates, and the step's throughput and peak memory."""
+mixes envs), empty and errored rollout rates, and the step's throughput, MFU and peak memory."""
 
 from __future__ import annotations
 
@@ -61,12 +61,12 @@ def rollout_metrics(states: list[dict[str, Any]], advantages: Any, env: Any = No
     return out
 
 
-def step_tokens(states: list[dict[str, Any]]) -> int:
-    """Prompt + completion tokens of a step's rollouts (what the trainer ran a forward/backward over)."""
+def sequence_lengths(states: list[dict[str, Any]]) -> list[int]:
+    """Each rollout's prompt + completion tokens (what the trainer ran a forward/backward over)."""
     from verifiers_rl.evaluation import completion_length
     from verifiers_rl.trainer.batching import prompt_length
 
-    return sum(prompt_length(s) + completion_length(s) for s in states)
+    return [prompt_length(s) + completion_length(s) for s in states]
 
 
 def peak_memory_gib(device: Any = None) -> float:
@@ -78,10 +78,19 @@ def peak_memory_gib(device: Any = None) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
-def perf_metrics(states: list[dict[str, Any]], step_seconds: float, world: int, device: Any = None
-                 ) -> dict[str, float]:
-    """`perf/throughput` (tokens per second of the whole step, generation included), per GPU, and peak memory."""
-    tokens = step_tokens(states)
-    rate = tokens / step_seconds if step_seconds > 0 else math.nan
-    return {"perf/throughput": rate, "perf/throughput_per_gpu": rate / max(1, world),
-            "perf/peak_memory": peak_memory_gib(device)}
+def perf_metrics(states: list[dict[str, Any]], step_seconds: float, world: int, device: Any = None,
+                 model: Any = None) -> dict[str, float]:
+    """`perf/throughput` (tokens per second of the whole step, generation included), per GPU, peak memory, and
+    `perf/mfu` over the same time when `model` is given and the device's peak is known (trainer/mfu.py)."""
+    lengths = sequence_lengths(states)
+    rate = sum(lengths) / step_seconds if step_seconds > 0 else math.nan
+    out = {"perf/throughput": rate, "perf/throughput_per_gpu": rate / max(1, world),
+           "perf/peak_memory": peak_memory_gib(device)}
+    if model is not None:
+        from verifiers_rl.trainer.mfu import device_peak_flops, mfu_percent, step_flops
+
+        peak = device_peak_flops(device)
+        mfu = mfu_percent(step_flops(model, lengths), step_seconds, world, peak) if peak else None
+        if mfu is not None:
+            out["perf/mfu"] = mfu
+    return out
