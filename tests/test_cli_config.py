@@ -189,8 +189,7 @@ def test_one_entry_env_array_is_the_same_as_env_table():
     ({"max_steps": -1}, "trainer.args.max_steps: max_steps=-1 must be a positive integer"),
     ({"use_lora": True, "lora_dropout": 1.0}, "trainer.args.lora_dropout: lora_dropout=1.0 must be in [0, 1)"),
     ({"beta": -1.0}, "trainer.args.beta: beta=-1.0 must be >= 0"),
-    ({"temperature": 0.0}, "trainer.args.temperature: temperature=0.0 must be > 0"),
-    ({"temperature": -1.0}, "trainer.args.temperature: temperature=-1.0 must be > 0"),
+    ({"temperature": -1.0}, "trainer.args.temperature: temperature=-1.0 must be >= 0"),
     ({"eval_temperature": -0.5}, "trainer.args.eval_temperature: eval_temperature=-0.5 must be >= 0"),
     ({"top_p": 0.0}, "trainer.args.top_p: top_p=0.0 must be in (0, 1]"),
     ({"max_tokens": 2048}, "trainer.args.max_tokens: max_tokens=2048 must be in [1, max_seq_len=2048)"),
@@ -795,7 +794,7 @@ def test_hosted_buffer_example_without_env_ratios_maps_to_trainer_args(tmp_path)
 
 
 @pytest.mark.parametrize("override, expected", [
-    (["--sampling.temperature", "0"], "sampling.temperature: temperature=0.0 must be > 0"),
+    (["--sampling.temperature", "-1"], "sampling.temperature: temperature=-1.0 must be >= 0"),
     (["--sampling.max-tokenz", "5"], "sampling.max_tokenz: unknown key (did you mean sampling.max_tokens?)"),
     (["--sampling.max-tokens", '"x"'], "sampling.max_tokens: expected int or \"None\", got 'x'"),
     (["--batch-size", "100"], "batch_size: batch_size=100 must be a multiple of rollouts_per_example=8"),

@@ -107,7 +107,7 @@ Every mistake is caught before anything starts and reported as one line, `error:
 code 2, no traceback: an unknown key at any depth (with the closest valid key, `trainer.args.*` included), a wrong
 type (the key, the value given, the type expected), a missing required key, an incompatible combination (RLConfig's
 checks, named by the `trainer.args.<field>` they are about: batch divisibility by `rollouts_per_example` and by
-`micro_batch_size x trainer.gpus`, `max_tokens >= max_seq_len`, `temperature <= 0`, LoRA options with
+`micro_batch_size x trainer.gpus`, `max_tokens >= max_seq_len`, `temperature < 0`, LoRA options with
 `use_lora = false`, ...), an environment id that cannot be imported or an argument its `load_environment()` does
 not take, a missing `env_file`. Hosted-format configs name the hosted key (`sampling.temperature`).
 
@@ -232,10 +232,10 @@ rollouts get cut). Everything else takes the vf-rl defaults (docs/configuration.
 1e-5.
 
 **Errors.** Unknown keys (with the closest valid one), wrong types and RLConfig's checks are reported with the
-hosted key (`sampling.temperature: temperature=0.0 must be > 0 ...`). A field the local trainer cannot honor yet
+hosted key (`sampling.temperature: temperature=-1.0 must be >= 0 ...`). A field the local trainer cannot honor yet
 is an error naming it, never silently dropped: `buffer.skip_verification = true`,
-`trajectory_strategy = "branching"`. Several `[[env]]` train together (with `buffer.env_ratios`, one ratio per env). Hosted `temperature = 0` is an error here
-(RL needs sampled rollouts).
+`trajectory_strategy = "branching"`. Several `[[env]]` train together (with `buffer.env_ratios`, one ratio per env). `temperature = 0` samples greedily (the
+local engine and vLLM alike). `training_mode` and `[teacher]` are as in vf-rl (docs/training-modes.md).
 
 **Secrets.** `env_file` paths are relative to the config file. Their variables go into the environment of the
 processes `vf-rl` starts (a variable already set is kept) and nowhere else: not in logs, not in the dry-run or

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field, ValidationError
 
 from verifiers_rl.config.loading import ConfigError
-from verifiers_rl.config.sections import Section, one_line
+from verifiers_rl.config.sections import Section, TeacherSection, one_line
 
 # The prompt budget of a hosted run: max_seq_len = PROMPT_BUDGET + sampling.max_tokens (seq_len is not user-set
 # in the hosted format; it is RLConfig.max_prompt_len's default).
@@ -34,7 +34,7 @@ VF_RL_ONLY_KEYS = ("trainer", "inference", "tiny_model", "warmup")
 
 class HostedSampling(Section):
     max_tokens: int | None = Field(None, description="max tokens to generate per turn")
-    temperature: float = Field(1.0, description="sampling temperature (>= 0 in the hosted docs; > 0 here)")
+    temperature: float = Field(1.0, description="sampling temperature (>= 0; 0 samples greedily)")
 
 
 class HostedEnv(Section):
@@ -100,6 +100,8 @@ class HostedConfig(Section):
     val: HostedVal | None = None
     buffer: HostedBuffer | None = None
     wandb: HostedWandb | None = None
+    training_mode: Literal["rl", "opd", "sft"] | None = None
+    teacher: TeacherSection | None = None
 
 
 class Rule(NamedTuple):
@@ -130,8 +132,10 @@ MAPPING: list[Rule] = [
     Rule("env_file", "env_file", "paths relative to the config file; values go to the process environment only"),
     Rule("sampling.max_tokens", "trainer.args.max_tokens", f"and trainer.args.max_seq_len = {PROMPT_BUDGET} + "
          f"max_tokens, trainer.args.max_prompt_len = {PROMPT_BUDGET}", direct=True),
-    Rule("sampling.temperature", "trainer.args.temperature", "default 1.0; must be > 0 here (RL needs sampled "
-         "rollouts)", direct=True),
+    Rule("sampling.temperature", "trainer.args.temperature", "default 1.0; >= 0 (0: greedy sampling, the trainer's "
+         "log-probs at temperature 1; a group's greedy rollouts are alike, so rl learns little)", direct=True),
+    Rule("training_mode", "training_mode", "as is: 'rl' (default), 'opd' or 'sft' (docs/training-modes.md)"),
+    Rule("[teacher]", "[teacher]", "`model`, `url`, `name`, `api_key_var`, `min_reward` as is (opd/sft)"),
     Rule("[[env]] (one)", "[env]", "`id`, `args`, `name` as is"),
     Rule("[[env]] (several)", "env (a list)", "trained together (EnvGroup); batches in proportion to "
          "buffer.env_ratios"),
@@ -282,4 +286,10 @@ def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         out["env_file"] = list(h.env_file)
     if h.eval is not None:
         out["eval"] = _eval(h.eval, origin)
+    if h.training_mode is not None:
+        out["training_mode"] = h.training_mode
+        origin["training_mode"] = "training_mode"
+    if h.teacher is not None:
+        out["teacher"] = h.teacher.model_dump(exclude_none=True)
+        origin["teacher"] = "teacher"
     return out, origin

@@ -108,7 +108,9 @@ class RLConfig(CheckpointSettings, TrainingArguments):
 
     # --- Sampling ----------------------------------------------------------------------------------------------------
     temperature: float = field(
-        default=1.0, metadata={"help": "Sampling temperature (> 0); the trainer divides logits by it too."}
+        default=1.0, metadata={"help": "Sampling temperature (>= 0); the trainer divides logits by it too. 0: greedy "
+                                       "sampling, the trainer's log-probs at temperature 1 (a group's greedy rollouts "
+                                       "are alike: rl learns little; opd/sft can)"}
     )
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling threshold in (0, 1]."})
     top_k: int | None = field(default=None, metadata={"help": "Top-k sampling; None or -1 disables it."})
@@ -342,8 +344,8 @@ class RLConfig(CheckpointSettings, TrainingArguments):
 
     def _validate_sampling_and_lengths(self) -> None:
         """Sampling settings and sequence lengths."""
-        if not self.temperature > 0:
-            _fail(f"temperature={self.temperature} must be > 0 (RL needs sampled rollouts and their logprobs)")
+        if not self.temperature >= 0:
+            _fail(f"temperature={self.temperature} must be >= 0 (0: greedy sampling)")
         if self.eval_temperature is not None and self.eval_temperature < 0:
             _fail(f"eval_temperature={self.eval_temperature} must be >= 0 (0 is greedy) or None")
         if not 0 < self.top_p <= 1:

@@ -66,6 +66,12 @@ def mode_problem(c: Any) -> str | None:
     return None
 
 
+def logprob_temperature(temperature: float) -> float:
+    """The temperature the trainer's log-probs are taken at: the sampling one, 1.0 for greedy sampling (0), whose
+    sampler log-probs are of the raw logits (the local engine; vLLM with processed logprobs)."""
+    return temperature if temperature > 0 else 1.0
+
+
 class RLMode:
     """``rl``; also the base of the distillation modes (same rollouts and batching, another loss)."""
 
@@ -74,7 +80,8 @@ class RLMode:
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self.args = trainer.args
-        self.temperature = self.args.temperature  # the policy's log-probs match its sampling distribution
+        # the policy's log-probs match its sampling distribution; greedy (0) reports the raw one, as vLLM does
+        self.temperature = logprob_temperature(self.args.temperature)
 
     def generation(self, client: Any, model_name: Any) -> tuple[Any, Any]:
         """The client and model name the orchestrator's rollouts come from: the policy's."""
@@ -108,7 +115,7 @@ def reference_logprobs(trainer: Any, model: Any, mb: Any) -> Any:
     from verifiers_rl.trainer.logprobs import policy_token_logprobs
 
     with torch.no_grad():
-        args = (mb.input_ids, mb.attention_mask, trainer.args.temperature)
+        args = (mb.input_ids, mb.attention_mask, logprob_temperature(trainer.args.temperature))
         if trainer._ref_model is not None:
             return policy_token_logprobs(trainer._ref_model, *args, mask=mb.loss_mask)[0]
         with trainer.accelerator.unwrap_model(model).disable_adapter():

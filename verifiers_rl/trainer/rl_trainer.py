@@ -248,7 +248,7 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
             from verifiers_rl.trainer.logprobs import packing_matches
 
             dtype = torch.bfloat16 if self.args.bf16 else torch.float16 if self.args.fp16 else None
-            ok = packing_matches(model, mb.input_ids, mb.attention_mask, self.args.temperature, dtype=dtype, **kwargs)
+            ok = packing_matches(model, mb.input_ids, mb.attention_mask, self.mode.temperature, dtype=dtype, **kwargs)
             if ok is not None:
                 self._packing_checked = ok
                 if not ok:
