@@ -73,10 +73,14 @@ def test_gradient_checkpointing_maps_without_warning(tmp_path):
 
 
 def test_wandb_table_turns_on_reporting(tmp_path, monkeypatch):
+    from verifiers_rl.trainer.run_settings import export_wandb_env
+
     monkeypatch.setenv("WANDB_PROJECT", "old")  # monkeypatch restores both afterwards
     monkeypatch.setenv("WANDB_ENTITY", "old")
     cfg = RLConfig(**BASE, wandb={"project": "vf", "entity": "team", "name": "reverse-1"})
     assert cfg.report_to == ["wandb"]
+    assert os.environ["WANDB_PROJECT"] == "old"  # building the config leaves the environment alone
+    export_wandb_env(cfg)  # RLTrainer.train does this when training starts
     assert os.environ["WANDB_PROJECT"] == "vf" and os.environ["WANDB_ENTITY"] == "team"
     assert cfg.run_name == "reverse-1"
     assert cfg.output_dir == os.path.join("outputs", "reverse-1")
@@ -87,6 +91,9 @@ def test_wandb_table_keeps_other_integrations(tmp_path, monkeypatch):
     cfg = make(tmp_path, report_to="tensorboard", wandb={"name": "x"}, run_name="explicit")
     assert cfg.report_to == ["tensorboard", "wandb"]
     assert cfg.run_name == "explicit"  # an explicit run_name wins over wandb.name
+    from verifiers_rl.trainer.run_settings import export_wandb_env
+
+    export_wandb_env(cfg)
     assert os.environ["WANDB_PROJECT"] == "keep"  # no project key: environment untouched
 
 

@@ -284,7 +284,7 @@ def test_full_hosted_example_runs_locally(tmp_path, tiny_model_dir):
     # per-env rewards and the buffer's metrics (groups with no signal, e.g. all-zero alphabet-sort, are filtered)
     assert "reward/reverse-text/mean" in logged and "buffer/filtered_groups" in logged
     assert "eval before RL (wordle)" in r.stdout  # [eval] eval_base_model: the [[eval.env]] before training
-    assert any(k.startswith("eval/") for x in read_metrics(out) for k in x)  # [val]: every step here
+    assert any(k.startswith("val/") for x in read_metrics(out) for k in x)  # [val]: every step here
     assert list(tmp_path.glob("wandb/offline-run-*"))
     text = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file() and p.suffix in
                    (".json", ".jsonl", ".toml", ".log"))

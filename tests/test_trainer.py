@@ -170,7 +170,7 @@ def test_each_step_trains_on_batch_size_rollouts_in_whole_groups(lora_run):
 
 def test_eval_and_training_metrics_are_logged(lora_run):
     records = read_metrics(lora_run.out)
-    key = f"eval/{ENV_ID}/reward/mean"
+    key = f"val/{ENV_ID}/reward/mean"  # eval_steps / eval_on_start: the periodic validation
     assert sorted(r["step"] for r in records if key in r) == [0, 1, 2]
     train = [r for r in records if "reward/all/mean" in r]
     assert [r["step"] for r in train] == [1, 2]

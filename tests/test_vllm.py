@@ -198,9 +198,16 @@ def test_weight_transfer_choice():
 def test_rl_config_refuses_a_weight_transfer_that_cannot_work_here(tmp_path):
     with pytest.raises(ValueError, match="is not one of auto, nccl, gloo, ipc, disk"):
         vf.RLConfig(output_dir=str(tmp_path), vllm_weight_transfer="shm")
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="needs a CUDA GPU in the trainer"):
-            vf.RLConfig(output_dir=str(tmp_path), use_lora=False, vllm_weight_transfer="nccl")
+    with pytest.raises(ValueError, match="with use_lora=True the adapter is hot-swapped"):
+        vf.RLConfig(output_dir=str(tmp_path), vllm_weight_transfer="nccl")
+    # the hardware (CUDA, vllm in the trainer) is probed when the plan is made, not when the config is built
+    from verifiers_rl.errors import VLLMLaunchError
+    from verifiers_rl.plan.inference import inference_plan_for
+
+    cfg = vf.RLConfig(output_dir=str(tmp_path), use_lora=False, vllm_weight_transfer="nccl",
+                      inference_backend="vllm", vllm_server_urls=["http://127.0.0.1:1"])
+    with pytest.raises(VLLMLaunchError, match="needs a CUDA GPU in the trainer"):
+        inference_plan_for(cfg, cuda=False)
 
 
 def test_gloo_wire_format_round_trips_mixed_dtypes():

@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from verifiers_rl.rewards import reward_of
+
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
@@ -32,7 +34,7 @@ def completion_length(state: dict[str, Any]) -> int:
 def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
     """Flat statistics of scored rollouts: reward mean/std, every rubric metric's mean, errors,
     truncation rate, turns, completion length, and how many turns train stitched vs as samples of their own."""
-    rewards = [float(s.get("reward") or 0.0) for s in states]
+    rewards = [reward_of(s) for s in states]
     out: dict[str, float] = {"reward/mean": _mean(rewards), "reward/std": _std(rewards), "num_rollouts": len(states)}
     names: list[str] = []
     for s in states:

@@ -6,6 +6,7 @@ Data: `[data] path = "rows.jsonl"` (columns prompt + completion, or messages; op
 chat_template_kwargs), a hub dataset id, or `[data] env_id = "reverse-text"` with
 `completion_format = "<reversed_text>\\n{answer}\\n</reversed_text>"`. `[data.loss_mask]` roles that carry loss
 (assistant = true); `[val] fraction = 0.1` (or `path`) and `interval`; `[trainer] packing = true`.
+Several processes (torchrun, DDP) as in vf-rl: `[trainer] gpus = N` on GPUs, `[trainer] processes = N` on the CPU.
 The output dir is a valid `model` (full) or starting adapter (LoRA) for vf-rl.
 """
 
@@ -17,7 +18,8 @@ from verifiers_rl.cli.common import fail, note_offline_hub, quiet_library_bars, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    given = list(sys.argv[1:] if argv is None else argv)
+    argv = take_debug_flag(list(given))
     if not argv or argv[0] in ("-h", "--help"):
         print((__doc__ or "").strip())
         return 0
@@ -25,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from verifiers_rl.config.loading import ConfigError, parse_args
     from verifiers_rl.errors import NetworkError
     from verifiers_rl.sft.config import load_rows, split_rows, validate_sft_config
+    from verifiers_rl.sft.launch import relaunch, under_torchrun, world_size
 
     try:
         files, raw, options = parse_args(argv)
@@ -40,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         rows, val_rows = split_rows(cfg, rows)
         if cfg.val is not None and not (rows and val_rows):
             raise ConfigError(f"val: {len(rows)} training and {len(val_rows)} validation rows; both need some")
+        if not under_torchrun():
+            from verifiers_rl.plan.hardware import gpu_count
+
+            processes = world_size(cfg.trainer, gpu_count())
+            if processes > 1:  # checked here, trained by the ranks (sft/launch.py)
+                return relaunch(processes, given)
     except ConfigError as e:
         fail(str(e))
     except NetworkError as e:
@@ -47,19 +56,21 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from verifiers_rl.sft.data import SFTDataError
-    from verifiers_rl.sft.trainer import SFTSettings, run_sft
+    from verifiers_rl.sft.launch import rank
+    from verifiers_rl.sft.trainer import run_sft
 
     console = Console()
     quiet_library_bars()
     try:
-        out, loss = run_sft(cfg.model, rows, SFTSettings(**cfg.trainer.model_dump()), console=console,
+        out, loss = run_sft(cfg.model, rows, cfg.trainer.settings(), console=console,
                             loss_roles=cfg.data.loss_mask.roles(), on_mismatch=cfg.data.on_template_mismatch,
                             val_rows=val_rows, val_interval=cfg.val.interval if cfg.val else None)
     except NetworkError as e:
         fail(str(e), code=1)
     except SFTDataError as e:  # a row it cannot train on (a bad tools column, a template it cannot mask)
         fail(str(e))
-    console.print(f"SFT done: loss {loss:.4f}; model in {out}")
+    if rank()[0] == 0:
+        console.print(f"SFT done: loss {loss:.4f}; model in {out}")
     return 0
 
 

@@ -26,6 +26,7 @@ from typing import Any, Awaitable, Callable
 
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.errors import ModelServerError
+from verifiers_rl.rewards import contain_non_finite, reward_of
 from verifiers_rl.utils.async_utils import gather_flat, maybe_await
 
 logger = logging.getLogger(__name__)
@@ -167,9 +168,9 @@ def output_state(output: dict, row: dict) -> dict:
     state["metrics"] = dict(output.get("metrics") or {})
     state["trajectory"] = list(output.get("trajectory") or [])
     state["error"] = _error_text(output.get("error"))
-    state["reward"] = float(output.get("reward") or 0.0)
+    state["reward"], state["reward_errors"] = reward_of(output), {}
+    contain_non_finite(state)  # a reward function that returned NaN / inf: 0 and counted, as a raising one
     state["completion"] = output.get("completion") or []
-    state["reward_errors"] = {}
     return state
 
 

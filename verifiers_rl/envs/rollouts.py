@@ -21,6 +21,7 @@ from verifiers_rl.envs.environment import RUN_MAX_SEQ_LEN
 from verifiers_rl.envs.generation import input_rows, rubric_cleanup
 from verifiers_rl.envs.real_runtime import generate_states_real, is_real_env, limit_real_env
 from verifiers_rl.errors import ModelServerError
+from verifiers_rl.rewards import contain_non_finite
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.types import State
 from verifiers_rl.utils.async_utils import gather_flat, maybe_await
@@ -112,6 +113,7 @@ async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, mo
             await env.rubric.score_group(states)
             await rubric_cleanup(env.rubric, states)
         for s in states:
+            contain_non_finite(s)  # an env's own scoring that let NaN / inf through: 0 and counted
             s["timing"]["generation_s"], s["timing"]["scoring_s"] = t1 - t0, time.perf_counter() - t1
             s["tokens"] = rollout_tokens(s)
         if on_group_done is not None:

@@ -22,11 +22,12 @@ def _periodic_eval_callback(trainer: Any, evals: list[EvalSpec], interval: int,
     from transformers import TrainerCallback
 
     class PeriodicEval(TrainerCallback):
-        """[eval] interval: evaluate each [[eval.env]] with its own num_examples / rollouts_per_example."""
+        """[eval] interval: evaluate each [[eval.env]] with its own num_examples / rollouts_per_example, logged as
+        `eval/<env>/...` (the training env's own periodic validation, [val] / eval_steps, logs `val/<env>/...`)."""
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if state.global_step % interval == 0:
-                trainer.run_eval(evals, sampling)
+                trainer.run_eval(evals, sampling, prefix="eval")
             return control
 
     return PeriodicEval()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from verifiers_rl.rewards import reward_of
+
 
 def paired_gain(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[float, float, float, float]:
     """(mean before, mean after, mean gain, paired standard error of the gain) over the same rollouts."""
-    b = [float(s.get("reward") or 0.0) for s in before]
-    a = [float(s.get("reward") or 0.0) for s in after]
+    b = [reward_of(s) for s in before]
+    a = [reward_of(s) for s in after]
     d = [y - x for x, y in zip(b, a)]
     n = len(d)
     mean_d = sum(d) / n
@@ -19,4 +21,4 @@ def paired_gain(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tu
 
 def mean_reward(states: list[dict[str, Any]]) -> float:
     """The mean of `reward` over scored states (a missing reward counts as 0; no states: 0)."""
-    return sum(float(s["reward"] or 0) for s in states) / max(1, len(states))
+    return sum(reward_of(s) for s in states) / max(1, len(states))

@@ -30,6 +30,9 @@ def resolve_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer
     if choice == "nccl" and shared_gpu:
         raise ValueError("vllm_weight_transfer='nccl': the server shares the trainer's GPU and NCCL can't connect "
                          "two processes on one device; use 'ipc' or 'disk' (or 'auto')")
+    problem = check_transfer(choice, use_lora=False, cuda=cuda, vllm_in_trainer=vllm_in_trainer)
+    if problem:  # the hardware probed for the plan, not when the RLConfig was built
+        raise ValueError(problem)
     remote = [u for u in urls if not is_loopback(u)]
     if choice in NATIVE and remote and not transfer_host:
         raise ValueError(f"vllm_weight_transfer={choice!r} with servers on other machines ({remote[0]}): set "
@@ -42,16 +45,18 @@ def resolve_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer
     return "ipc" if shared_gpu else "nccl" if reachable else "disk"
 
 
-def check_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer: bool) -> str | None:
-    """One line saying why an explicit choice can't work here, or None."""
+def check_transfer(choice: str, *, use_lora: bool, cuda: bool | None = None,
+                   vllm_in_trainer: bool | None = None) -> str | None:
+    """One line saying why an explicit choice can't work here, or None. `cuda` / `vllm_in_trainer` None: not
+    known yet (an RLConfig checks the choice against use_lora; the plan, knowing the hardware, checks the rest)."""
     if choice in ("auto", "disk"):
         return None
     if use_lora:
         return (f"vllm_weight_transfer={choice!r} is for full fine-tuning; with use_lora=True the adapter is "
                 "hot-swapped into vLLM: remove vllm_weight_transfer")
-    if choice in ("nccl", "ipc") and not cuda:
+    if choice in ("nccl", "ipc") and cuda is False:
         return f"vllm_weight_transfer={choice!r} needs a CUDA GPU in the trainer; use 'gloo' or 'disk' (or 'auto')"
-    if choice in ("nccl", "ipc") and not vllm_in_trainer:
+    if choice in ("nccl", "ipc") and vllm_in_trainer is False:
         return (f"vllm_weight_transfer={choice!r} needs vllm importable in the trainer's Python (`uv sync --extra "
                 "vllm`, or `pip install vllm`); or use 'disk' (or 'auto')")
     return None

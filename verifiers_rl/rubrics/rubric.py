@@ -10,8 +10,8 @@ score per rollout. Functions may be sync or async. Weight 0 makes a function a m
 As in verifiers 0.3, a rubric's methods marked `@vf.cleanup` run after each rollout is scored (`cleanup`,
 given what they name of `state`, `prompt`, `completion`, `answer`, `info`, `task` and the class objects) and
 those marked `@vf.teardown` when its environment is torn down (`teardown`).
-Beyond verifiers: a function that raises scores 0 for those rollouts and is counted, in `error_counts`
-(by function name) and in `state["reward_errors"]` (name -> error text); a `RubricSetupError` is not
+Beyond verifiers: a function that raises (or returns NaN / inf) scores 0 for those rollouts and is counted, in
+`error_counts` (by function name) and in `state["reward_errors"]` (name -> error text); a `RubricSetupError` is not
 contained (a rubric that cannot work at all must stop the run, not score zeros).
 """
 
@@ -21,6 +21,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import math
 import time
 from collections import Counter
 from typing import Any, Callable
@@ -68,6 +69,15 @@ def _select_kwargs(func: Callable, pool: dict[str, Any]) -> dict[str, Any]:
     if sig is None or any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
         return pool
     return {k: v for k, v in pool.items() if k in sig.parameters}
+
+
+def _finite(score: Any) -> float:
+    """A score as a float. NaN / inf raise here, so a function returning one is scored 0 and counted like a raising
+    one, instead of reaching the advantages (which refuse it and would end the run)."""
+    value = float(score)
+    if not math.isfinite(value):
+        raise ValueError(f"returned {value}, not a finite number")
+    return value
 
 
 def _error_text(err: BaseException) -> str:
@@ -185,7 +195,7 @@ class Rubric:
                 "info": state.get("info", {}), "example_id": state.get("example_id")}
         pool.update(self.class_objects)  # class objects win, as in verifiers
         try:
-            return float(await maybe_await(func, **_select_kwargs(func, pool)))
+            return _finite(await maybe_await(func, **_select_kwargs(func, pool)))
         except Exception as e:
             self._record_error(func_name(func), e, [state])
             return 0.0
@@ -198,7 +208,7 @@ class Rubric:
         pool["states"] = states
         pool.update(self.class_objects)
         try:
-            scores = [float(x) for x in await maybe_await(func, **_select_kwargs(func, pool))]
+            scores = [_finite(x) for x in await maybe_await(func, **_select_kwargs(func, pool))]
             if len(scores) != len(states):
                 raise ValueError(f"returned {len(scores)} scores for {len(states)} rollouts")
             return scores

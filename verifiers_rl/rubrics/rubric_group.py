@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+from verifiers_rl.rewards import reward_of
 from verifiers_rl.rubrics.rubric import Rubric, _add_scoring_time
 
 _EMPTY = "RubricGroup must have at least one rubric"
@@ -105,7 +106,7 @@ class RubricGroup(Rubric):
             else:
                 await rubric.score_group(states)
             for i, s in enumerate(states):
-                totals[i] += s.get("reward") or 0.0
+                totals[i] += reward_of(s)
                 for key, value in (s.get("metrics") or {}).items():
                     summed.setdefault(key, [0.0] * n)[i] += value
                 _restore(s, before[i])

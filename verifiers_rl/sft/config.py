@@ -67,11 +67,22 @@ class ValSection(_Section):
         return self
 
 
+class SFTTrainerSection(SFTSettings):
+    """`[trainer]`: the SFT settings plus how many processes train (sft/launch.py), as in vf-rl's `[trainer]`."""
+
+    gpus: int = Field(1, ge=1, description="GPUs for training; > 1 starts one process per GPU with torchrun (DDP)")
+    processes: int | None = Field(None, ge=1, description="training processes on a machine without GPUs (torchrun, "
+                                  "DDP over gloo); batch_size rows per step are shared among them")
+
+    def settings(self) -> SFTSettings:
+        return SFTSettings(**self.model_dump(exclude={"gpus", "processes"}))
+
+
 class SFTRunConfig(_Section):
     model: str
     data: DataSection
     val: ValSection | None = None
-    trainer: SFTSettings = Field(default_factory=SFTSettings)
+    trainer: SFTTrainerSection = Field(default_factory=SFTTrainerSection)
 
 
 def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:

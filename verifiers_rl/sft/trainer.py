@@ -51,11 +51,15 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
 
     from verifiers_rl.trainer.model_loading import from_pretrained, peft_wrapping_quietly
 
+    from verifiers_rl.sft.launch import rank
+
     out = Path(settings.output_dir)
     tokenizer = from_pretrained(AutoTokenizer, model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    this_rank, world = rank()  # under torchrun (sft/launch.py): rank 0 speaks for the run, each rank trains a share
     console = console or Console()  # the data first: a row it cannot train on is one line before the model loads
+    console = Console(quiet=True) if this_rank else console
     data, val = _datasets(rows, val_rows, tokenizer, settings.max_length, loss_roles, on_mismatch, console, label)
     dtype = torch.bfloat16 if settings.bf16 else torch.float32
     policy = from_pretrained(AutoModelForCausalLM, model, dtype=dtype)
@@ -70,7 +74,7 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
         "gradient_checkpointing"
     config = SFTConfig(
         output_dir=str(out), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
-        per_device_train_batch_size=settings.batch_size, lr_scheduler_type=settings.lr_scheduler_type,
+        per_device_train_batch_size=settings.batch_size // world, lr_scheduler_type=settings.lr_scheduler_type,
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length,
         # TRL defaults to bf16 and gradient checkpointing even on CPU: off unless asked for.
@@ -102,8 +106,12 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     result = trainer.train()
     if val is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
         trainer.evaluate()  # the final model's validation loss too
-    trainer.save_model(str(out))
-    tokenizer.save_pretrained(str(out))
+    trainer.save_model(str(out))  # rank 0 writes (HF's should_save)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(out))
+    if world > 1:
+        print(f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
+              f"{settings.batch_size // world} rows", flush=True)
     return out, float(result.training_loss)
 
 

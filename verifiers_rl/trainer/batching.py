@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from verifiers_rl.envs.turn_tokens import step_tokens
+from verifiers_rl.rewards import reward_of
 
 
 @dataclass
@@ -45,6 +46,21 @@ def prompt_length(state: dict[str, Any]) -> int:
     return len(first.prompt_ids) if first is not None else 0
 
 
+def drop_reason(state: dict[str, Any], max_prompt_len: int | None = None, mask_truncated_completions: bool = False,
+                prompt_len: int | None = None) -> str | None:
+    """Why a rollout keeps its place but carries no loss: "prompt_too_long" (its first prompt, or `prompt_len` when
+    given, over `max_prompt_len`), "errored", "truncated" (with `mask_truncated_completions`); None when it trains.
+    The one rule: build_samples masks these, the empty-step watch names them, the `prompt_too_long` metric counts."""
+    n_prompt = prompt_length(state) if prompt_len is None else prompt_len
+    if max_prompt_len is not None and n_prompt > max_prompt_len:
+        return "prompt_too_long"
+    if state.get("error"):
+        return "errored"
+    if mask_truncated_completions and state.get("is_truncated"):
+        return "truncated"
+    return None
+
+
 def build_samples(states: list[dict[str, Any]], advantages: list[float], *, max_seq_len: int,
                   mask_env_responses: bool = True, mask_truncated_completions: bool = False,
                   max_prompt_len: int | None = None) -> list[Sample]:
@@ -62,13 +78,12 @@ def build_samples(states: list[dict[str, Any]], advantages: list[float], *, max_
             parts = [(list(tokens["input_ids"]), loss_mask, list(tokens["logprobs"]), env_mask, n_prompt)]
         else:
             parts = _turn_samples(state)
-        drop = (bool(state.get("error")) or (mask_truncated_completions and state.get("is_truncated"))
-                or (max_prompt_len is not None and prompt_length(state) > max_prompt_len))
+        drop = drop_reason(state, max_prompt_len, mask_truncated_completions) is not None
         for ids, mask, lps, env, n_prompt in parts:
             ids, mask, lps, env = ids[:max_seq_len], mask[:max_seq_len], lps[:max_seq_len], env[:max_seq_len]
             if drop:
                 mask = [0] * len(mask)
-            samples.append(Sample(ids, mask, lps, float(adv), float(state.get("reward") or 0.0), i, env,
+            samples.append(Sample(ids, mask, lps, float(adv), reward_of(state), i, env,
                                   min(n_prompt, len(ids))))
     return samples
 

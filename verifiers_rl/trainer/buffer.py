@@ -15,6 +15,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar
 
+from verifiers_rl.rewards import training_reward
 from verifiers_rl.trainer.data_order import DataOrder
 
 
@@ -36,6 +37,9 @@ class BufferConfig:
         default=0.0, metadata={"help": "Share of each step's examples drawn from the easy pool."})
     hard_fraction: float = field(
         default=0.0, metadata={"help": "Share of each step's examples drawn from the hard pool."})
+    # a reward setting, defined here because the buffer filters on the rewards advantages use (rewards.py)
+    zero_truncated_completions: bool = field(
+        default=False, metadata={"help": "Give completions cut off by max_tokens/max_seq_len a reward of 0."})
     max_refills: ClassVar[int] = 8  # generation rounds per step before constant groups are trained on anyway
 
     @property
@@ -52,8 +56,8 @@ class BufferState:
     filtered_groups: int = 0
 
 
-def is_constant(group: list[dict[str, Any]]) -> bool:
-    rewards = [float(s.get("reward") or 0.0) for s in group]
+def is_constant(group: list[dict[str, Any]], zero_truncated_completions: bool = False) -> bool:
+    rewards = [training_reward(s, zero_truncated_completions) for s in group]
     return max(rewards) - min(rewards) < 1e-9
 
 
@@ -85,7 +89,7 @@ class DifficultyBuffer:
     def _update_pools(self, groups: list[list[dict[str, Any]]], indices: list[int]) -> None:
         cfg, st = self.config, self.state
         for idx, g in zip(indices, groups):
-            mean = sum(float(s.get("reward") or 0.0) for s in g) / len(g)
+            mean = sum(training_reward(s, cfg.zero_truncated_completions) for s in g) / len(g)
             for pool in (st.easy, st.hard):
                 if idx in pool:
                     pool.remove(idx)
@@ -111,7 +115,7 @@ class DifficultyBuffer:
             generated += len(groups)
             self._update_pools(groups, indices)
             for g in groups:
-                if cfg.online_difficulty_filtering and is_constant(g):
+                if cfg.online_difficulty_filtering and is_constant(g, cfg.zero_truncated_completions):
                     filtered += 1
                     spare_constant.append(g)
                 else:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -15,9 +13,9 @@ from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
 from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.modes import ModeConfig, mode_problem
+from verifiers_rl.trainer.run_settings import resolve_run_settings, wandb_problem
 
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-WANDB_KEYS = ("project", "entity", "name")
 DEFAULT_MAX_PROMPT_LEN = 512  # when neither max_prompt_len nor max_tokens is set (and max_seq_len allows it)
 # LoRA options: changing one from its default while use_lora=False is a mistake worth a clear error.
 _LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
@@ -38,10 +36,6 @@ def _default_of(f: Any) -> Any:
 
 def _fail(msg: str) -> None:
     raise ValueError(msg)
-
-
-def _is_none_report(report_to: Any) -> bool:
-    return report_to is None or report_to == "none" or report_to == ["none"] or report_to == []
 
 
 @dataclass
@@ -130,9 +124,8 @@ class RLConfig(CheckpointSettings, TrainingArguments):
     mask_truncated_completions: bool = field(
         default=False, metadata={"help": "Exclude completions cut off by max_tokens/max_seq_len from the loss."}
     )
-    zero_truncated_completions: bool = field(
-        default=False, metadata={"help": "Give completions cut off by max_tokens/max_seq_len a reward of 0."}
-    )
+    # defined in BufferConfig: the difficulty buffer filters on the rewards advantages use (verifiers_rl/rewards.py)
+    zero_truncated_completions: bool = _setting(BufferConfig, "zero_truncated_completions")
     keep_empty_replies: bool = field(
         default=False, metadata={"help": "Train on replies with no text (the model ended at once). Off, as in "
                                  "verifiers: such a rollout records EmptyModelResponseError (scored, no loss)."}
@@ -280,8 +273,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         if hasattr(self, "save_safetensors"):  # older transformers only; 5.x always writes safetensors
             self.save_safetensors = True
 
-        self._resolve_run_name_and_output_dir()
-        self._apply_wandb()
+        resolve_run_settings(self)  # run_name, output_dir, report_to; W&B's env variables: at train start
 
         super().__post_init__()
 
@@ -395,18 +387,13 @@ class RLConfig(CheckpointSettings, TrainingArguments):
 
     def _validate_inference(self) -> None:
         """Weight transfer and async generation."""
-        from verifiers_rl.plan.hardware import vllm_importable
-        from verifiers_rl.plan.transfer import NATIVE, TRANSFERS, check_transfer
+        from verifiers_rl.plan.transfer import TRANSFERS, check_transfer
 
         if self.vllm_weight_transfer not in TRANSFERS:
             _fail(f"vllm_weight_transfer={self.vllm_weight_transfer!r} is not one of {', '.join(TRANSFERS)}")
-        if self.vllm_weight_transfer in NATIVE:  # auto and disk work anywhere; probe CUDA and vllm only for these
-            import torch
-
-            problem = check_transfer(self.vllm_weight_transfer, use_lora=self.use_lora,
-                                     cuda=torch.cuda.is_available(), vllm_in_trainer=vllm_importable())
-            if problem:
-                _fail(problem)
+        problem = check_transfer(self.vllm_weight_transfer, use_lora=self.use_lora)  # CUDA, vllm: when planned
+        if problem:
+            _fail(problem)
         if self.local_async and self.inference_backend == "vllm":
             _fail("local_async=True applies to the local engine only; remove it or set inference_backend='local'")
         if self.max_async_level < 0:
@@ -430,40 +417,9 @@ class RLConfig(CheckpointSettings, TrainingArguments):
             _fail(f"eval_strategy={self.eval_strategy!r} must be 'no': RLTrainer runs its own eval; set eval_steps")
         if self.eval_steps is not None and self.eval_steps <= 0:
             _fail(f"eval_steps={self.eval_steps} must be a positive number of steps or None")
-        if self.wandb is not None:
-            if not isinstance(self.wandb, dict):
-                _fail(f"wandb must be a table with keys {', '.join(WANDB_KEYS)}, got {type(self.wandb).__name__}")
-            unknown = sorted(set(self.wandb) - set(WANDB_KEYS))
-            if unknown:
-                _fail(f"wandb has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(WANDB_KEYS)}")
-
-    def _resolve_run_name_and_output_dir(self) -> None:
-        if self.run_name is None:
-            if self.wandb and self.wandb.get("name"):
-                self.run_name = str(self.wandb["name"])
-            elif self.output_dir:
-                self.run_name = os.path.basename(os.path.normpath(os.path.expanduser(self.output_dir)))
-            else:
-                self.run_name = "vf-rl-" + time.strftime("%Y%m%d-%H%M%S")
-        if self.output_dir is None:
-            self.output_dir = os.path.join("outputs", self.run_name)
-
-    def _apply_wandb(self) -> None:
-        if self.wandb is None:
-            return
-        if _is_none_report(self.report_to):
-            self.report_to = ["wandb"]
-        else:
-            # A wandb table means the user wants W&B; keep their other integrations too.
-            current = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
-            if "all" not in current and "wandb" not in current:
-                current.append("wandb")
-            self.report_to = current
-        # transformers' WandbCallback reads the project from the environment, and wandb reads the entity from it.
-        if self.wandb.get("project"):
-            os.environ["WANDB_PROJECT"] = str(self.wandb["project"])
-        if self.wandb.get("entity"):
-            os.environ["WANDB_ENTITY"] = str(self.wandb["entity"])
+        problem = wandb_problem(self.wandb)
+        if problem:
+            _fail(problem)
 
     # ------------------------------------------------------------------------------------------------------------------
 

@@ -98,7 +98,7 @@ def pad_micro_batches(micro: list[list[Any]], target: int, filler: Any) -> list[
 def merge_metrics(per_rank: list[dict[str, float]], weight_key: str = "loss_tokens") -> dict[str, float]:
     """One step's token-weighted loss metrics from each rank's: means weighted by each rank's loss tokens,
     `*/min` / `*/max` over the ranks that had tokens, the tokens summed."""
-    from verifiers_rl.trainer.metrics import with_std
+    from verifiers_rl.trainer.metrics import extreme, with_std
 
     if len(per_rank) == 1:
         return with_std(per_rank[0])
@@ -108,10 +108,9 @@ def merge_metrics(per_rank: list[dict[str, float]], weight_key: str = "loss_toke
         if name == weight_key:
             continue
         vals = [(float(m[name]), float(m.get(weight_key, 0.0))) for m in per_rank if name in m]
-        kind = name.rsplit("/", 1)[-1]
-        if kind in ("min", "max"):
-            had = [v for v, n in vals if n] or [v for v, _ in vals]
-            out[name] = min(had) if kind == "min" else max(had)
+        pick = extreme(name)
+        if pick is not None:
+            out[name] = pick([v for v, n in vals if n] or [v for v, _ in vals])
         elif total:
             out[name] = sum(v * n for v, n in vals) / total
         else:

@@ -27,19 +27,12 @@ _WHAT = {
 
 
 def _cause(state: dict[str, Any], args: Any) -> str | None:
-    """Why this rollout carries no loss token (the same rules as batching.build_samples), or None."""
+    """Why this rollout carries no loss token (batching.drop_reason, or no completion tokens at all), or None."""
     from verifiers_rl.evaluation import completion_length
-    from verifiers_rl.trainer.batching import prompt_length
+    from verifiers_rl.trainer.batching import drop_reason
 
-    if args.max_prompt_len is not None and prompt_length(state) > args.max_prompt_len:
-        return "prompt_too_long"
-    if state.get("error"):
-        return "errored"
-    if args.mask_truncated_completions and state.get("is_truncated"):
-        return "truncated"
-    if completion_length(state) == 0:
-        return "empty_completion"
-    return None
+    why = drop_reason(state, args.max_prompt_len, args.mask_truncated_completions)
+    return why or ("empty_completion" if completion_length(state) == 0 else None)
 
 
 def _first_error(states: list[dict[str, Any]]) -> str:

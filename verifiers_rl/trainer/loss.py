@@ -11,6 +11,8 @@ from typing import Callable
 
 import torch
 
+from verifiers_rl.trainer.importance import log_importance_ratio, ratio_mask
+
 # Log-probabilities and entropy live in `logprobs` (chunked, no [B, T, V] copies); re-exported for callers.
 from verifiers_rl.trainer.logprobs import hidden_token_logprobs, token_logprobs_and_entropy  # noqa: E402,F401
 
@@ -124,13 +126,11 @@ def ratio_masked_policy_gradient(inputs: LossInputs, config: LossConfig) -> Loss
     trainer_lp = inputs.trainer_logprobs.float()
     sampling_lp = inputs.sampling_logprobs.detach().float()
 
-    # Off-mask positions (prompts, env responses) may hold placeholder logprobs: zero their log-ratio before exp so
-    # nothing overflows into inf * 0 = NaN.
-    log_ratio = torch.where(mask, trainer_lp - sampling_lp, torch.zeros_like(trainer_lp))
+    log_ratio = log_importance_ratio(trainer_lp, sampling_lp, mask)  # 0 off the mask: no inf * 0 = NaN
     ratio = torch.exp(log_ratio)
 
     ratio_d = ratio.detach()
-    out_of_range = (ratio_d < config.mask_ratio_low) | (ratio_d > config.mask_ratio_high)
+    out_of_range = ratio_mask(ratio_d, mask, config.mask_ratio_low, config.mask_ratio_high)  # loss tokens only
     keep = mask & ~out_of_range
 
     advantages = inputs.advantages.detach().float()

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
+
+
+def extreme(name: str) -> Callable[..., float] | None:
+    """How a metric merges over micro-batches and ranks: `min` for `.../min`, `max` for `.../max` (over those with
+    loss tokens), None for a token-weighted mean. The one rule of TokenWeightedMetrics and merge_metrics."""
+    return {"min": min, "max": max}.get(name.rsplit("/", 1)[-1])
 
 
 def with_std(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -45,12 +51,12 @@ class TokenWeightedMetrics:
         for name, value in metrics.items():
             if name == self.weight_key:
                 continue
-            kind = name.rsplit("/", 1)[-1]
-            if kind in ("min", "max"):
+            pick = extreme(name)
+            if pick is not None:
                 best = self._extremes.setdefault(name, None)
                 if n:  # a micro-batch without loss tokens has no ratio to report
                     v = float(value)
-                    self._extremes[name] = v if best is None else (min(best, v) if kind == "min" else max(best, v))
+                    self._extremes[name] = v if best is None else pick(best, v)
             else:
                 self._sums[name] = self._sums.get(name, 0.0) + float(value) * n
 

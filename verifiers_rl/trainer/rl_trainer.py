@@ -349,12 +349,15 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
             self.model.train(was_training)
 
     def run_eval(self, evals: list[tuple[str, Any, int, int]] | None = None,
-                 sampling_args: dict[str, Any] | None = None) -> dict[str, float]:
-        """Evaluate the current policy on each eval env's eval split and log `eval/<env>/...`: `evals` as
-        (name, env, num_examples, rollouts_per_example) — default: `eval_envs` with the RLConfig's eval sizes."""
+                 sampling_args: dict[str, Any] | None = None, prefix: str | None = None) -> dict[str, float]:
+        """Evaluate the current policy on each eval env's eval split and log `val/<env>/...` (default: `eval_envs`
+        with the RLConfig's eval sizes) or, for `evals` given as (name, env, num_examples, rollouts_per_example),
+        `eval/<name>/...`; `prefix` names it outright. With `avg@k` and `pass@k` (trainer/eval_metrics.py)."""
         from verifiers_rl.evaluation import summarize
+        from verifiers_rl.trainer.eval_metrics import eval_scores, pass_threshold
 
         args = self.args
+        prefix = prefix or ("val" if evals is None else "eval")  # two cadences, two series
         if evals is None:
             evals = [(name, env, args.eval_num_examples, args.eval_rollouts_per_example)
                      for name, env in self.eval_envs.items()]
@@ -362,9 +365,9 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
         t0 = time.perf_counter()
         for name, env, n, r in evals:
             states = self.eval_states(env, n, r, sampling_args)
-            for k, v in summarize(states).items():
-                metrics[f"eval/{name}/{k}"] = v
-        metrics["time/eval"] = time.perf_counter() - t0
+            scores = {**summarize(states), **eval_scores(states, r, pass_threshold(env))}
+            metrics.update({f"{prefix}/{name}/{k}": v for k, v in scores.items()})
+        metrics[f"time/{prefix}"] = time.perf_counter() - t0
         # HF's CallbackHandler.on_log clears control.should_log. run_eval runs from on_step_end, after
         # DefaultFlowCallback set should_log for this step; without restoring it, the step's training metrics
         # were never logged (eval_steps=1: no training records at all; otherwise they were merged into the next

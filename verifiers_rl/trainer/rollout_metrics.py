@@ -9,6 +9,8 @@ import resource
 from collections import defaultdict
 from typing import Any
 
+from verifiers_rl.rewards import reward_of
+
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
@@ -27,7 +29,7 @@ def is_empty(state: dict[str, Any]) -> bool:
 def per_rollout(state: dict[str, Any]) -> dict[str, float]:
     from verifiers_rl.evaluation import completion_length
 
-    return {"reward": float(state.get("reward") or 0.0), "seq_len": float(completion_length(state)),
+    return {"reward": reward_of(state), "seq_len": float(completion_length(state)),
             "is_truncated": float(bool(state.get("is_truncated"))),
             "num_turns": float(len(state.get("trajectory") or [])),
             "empty_rollouts": float(is_empty(state)),

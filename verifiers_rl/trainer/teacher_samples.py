@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifiers_rl.trainer.batching import Sample
+from verifiers_rl.trainer.batching import Sample, drop_reason
+from verifiers_rl.rewards import reward_of
 
 
 def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict] | None, gen: bool = False) -> list[int]:
@@ -64,8 +65,8 @@ def teacher_samples(states: list[dict[str, Any]], tokenizer: Any, *, max_seq_len
     samples: list[Sample] = []
     for i, state in enumerate(states):
         ids, mask, prompt_len = rollout_tokens(state, tokenizer, schemas)
-        reward = float(state.get("reward") or 0.0)
-        drop = (bool(state.get("error")) or (max_prompt_len is not None and prompt_len > max_prompt_len)
+        reward = reward_of(state)
+        drop = (drop_reason(state, max_prompt_len, prompt_len=prompt_len) is not None  # its prompt re-rendered here
                 or (min_reward is not None and reward < min_reward))
         ids, mask = ids[:max_seq_len], ([0] * len(mask) if drop else mask)[:max_seq_len]
         samples.append(Sample(ids, mask, [0.0] * len(ids), 0.0, reward, i, [0] * len(ids), min(prompt_len, len(ids))))

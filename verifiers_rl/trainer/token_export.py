@@ -11,12 +11,14 @@ from typing import Any
 
 import torch
 
+from verifiers_rl.trainer.importance import log_importance_ratio, ratio_mask
+
 
 def sequence_records(mb: Any, trainer_lp: torch.Tensor, sampling_lp: torch.Tensor, entropy: torch.Tensor | None,
                      mask_low: float, mask_high: float, step: int) -> list[dict[str, Any]]:
     """Per-sequence records of one micro-batch (padding stripped)."""
-    ratio = torch.exp(torch.where(mb.loss_mask, trainer_lp.detach() - sampling_lp, torch.zeros_like(trainer_lp)))
-    masked = mb.loss_mask & ((ratio < mask_low) | (ratio > mask_high))
+    ratio = torch.exp(log_importance_ratio(trainer_lp.detach(), sampling_lp, mb.loss_mask))
+    masked = ratio_mask(ratio, mb.loss_mask, mask_low, mask_high)  # the tokens the loss leaves out (trainer/loss.py)
     out = []
     for r, sample in enumerate(mb.samples):
         n = len(sample.input_ids)

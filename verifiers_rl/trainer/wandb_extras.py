@@ -8,6 +8,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from verifiers_rl.rewards import reward_of, training_reward
+
 
 def _text(messages: Any) -> str:
     if isinstance(messages, str):
@@ -33,13 +35,13 @@ class WandbSamplesCallback(TrainerCallback):
 
         from verifiers_rl.trainer.advantages import compute_advantages
 
-        rewards = torch.tensor([float(s.get("reward") or 0.0) for s in states])
+        rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # what trained
         advantages = compute_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
         table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
         for s, a in zip(states, advantages.tolist()):
             prompt = s.get("prompt") or []
             table.add_data(state.global_step, _text(prompt[-1:] if isinstance(prompt, list) else prompt),
-                           _text(s.get("completion")), float(s.get("reward") or 0.0), a)
+                           _text(s.get("completion")), reward_of(s), a)
         # its own W&B step on HF's x-axis (transformers' WandbCallback logs train/global_step)
         wandb.log({"samples": table, "distributions/reward": wandb.Histogram(rewards.tolist()),
                    "distributions/advantage": wandb.Histogram(advantages.tolist()),

@@ -10,6 +10,7 @@ from math import comb
 from typing import Any
 
 from verifiers_rl.types import GenerateMetadata, GenerateOutputs, RolloutOutput, State
+from verifiers_rl.rewards import reward_of
 from verifiers_rl.utils.message_utils import messages_to_printable, sanitize_tool_calls
 from verifiers_rl.utils.usage_utils import extract_usage_tokens, state_usage
 
@@ -109,7 +110,7 @@ def pass_at_k(outputs: list[dict], rollouts_per_example: int,
     every: dict[str, list[float]] = defaultdict(list)
     for group in groups.values():
         n = len(group)
-        c = sum(1 for o in group if float(o.get("reward") or 0.0) >= threshold)
+        c = sum(1 for o in group if reward_of(o) >= threshold)
         for k in (k for k in ks if k <= n):
             at[f"{k}"].append(1.0 - comb(n - c, k) / comb(n, k))
             every[f"{k}"].append(comb(c, k) / comb(n, k))
@@ -137,7 +138,7 @@ class OutputsBuilder:
 
     def build_metadata(self) -> GenerateMetadata:
         outs = self.outputs
-        rewards = [float(o.get("reward") or 0.0) for o in outs]
+        rewards = [reward_of(o) for o in outs]
         metrics: dict[str, list[float]] = defaultdict(list)
         for o in outs:
             for name, value in (o.get("metrics") or {}).items():

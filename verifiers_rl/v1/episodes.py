@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_rl.rewards import reward_of
 from verifiers_rl.v1.loading import require_v1
 
 # The run's sampling keys the v1 client sets itself (token ids, logprobs, n) or that mean nothing to it.
@@ -112,7 +113,7 @@ def trace_state(episode: Any, trace: Any, row: dict, seat: str | None = None) ->
     return {
         "example_id": row.get("example_id"), "task": row.get("task") or "default", "answer": row.get("answer", ""),
         "info": info, "prompt": (row.get("prompt") if not seat else None) or messages[:n_prompt],
-        "completion": messages[n_prompt:], "trajectory": steps, "reward": float(trace.reward or 0.0) if trace else 0.0,
+        "completion": messages[n_prompt:], "trajectory": steps, "reward": reward_of(trace),
         "metrics": _trace_metrics(trace) if trace is not None else {}, "reward_errors": {},
         "error": "; ".join(errors) or None, "is_completed": True,
         "is_truncated": bool(trace is not None and trace.is_truncated),

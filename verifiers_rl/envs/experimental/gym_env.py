@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeAlias
 from verifiers_rl.decorators import cleanup, stop
 from verifiers_rl.envs.multiturn_env import MultiTurnEnv
 from verifiers_rl.parsers.parser import Parser
+from verifiers_rl.rewards import reward_of
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages, State
 
@@ -62,7 +63,7 @@ def normalize_step(out: StepOut) -> tuple[Any, float, bool, bool, dict[str, Any]
 
 def sum_step_rewards(state: State) -> float:
     """The episode's return: the sum of the trajectory steps' rewards (unset ones count 0)."""
-    return float(sum(float(step.get("reward", 0.0) or 0.0) for step in state.get("trajectory", [])))
+    return float(sum(reward_of(step) for step in state.get("trajectory", [])))
 
 
 class EpisodicSumRubric(Rubric):

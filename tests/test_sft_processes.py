@@ -1,0 +1,54 @@
+"""vf-sft with several processes (sft/launch.py): torchrun as vf-rl runs it, DDP over gloo on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from verifiers_rl.config.loading import ConfigError
+from verifiers_rl.sft.config import SFTTrainerSection
+from verifiers_rl.sft.launch import world_size
+
+WORDS = ["apple", "river", "stone", "cloud", "lamp", "tree", "bird", "sand"]
+
+
+def test_vf_sft_trains_with_two_processes_and_writes_the_model_once(tiny_model_dir, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps({"prompt": [{"role": "user", "content": w}],
+                                          "completion": [{"role": "assistant", "content": w[::-1]}]}) for w in WORDS))
+    out = tmp_path / "sft"
+    (tmp_path / "sft.toml").write_text(
+        f'model = "{tiny_model_dir}"\n[data]\npath = "{rows}"\n[trainer]\noutput_dir = "{out}"\nmax_steps = 2\n'
+        'batch_size = 4\nlogging_steps = 1\nsave_steps = 2\nmax_length = 64\nprocesses = 2\n')
+    r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.sft", "@", str(tmp_path / "sft.toml")],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-4000:]
+    ranks = sorted(line.split(" rank ")[1] for line in r.stdout.splitlines() if " rank " in line)
+    assert ranks == ["0 of 2: 2 steps of 2 rows", "1 of 2: 2 steps of 2 rows"], log[-4000:]
+    assert r.stdout.count("SFT done: ") == 1 and r.stdout.count("SFT: 2 steps on 8 rows") == 1, r.stdout
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2"]
+    assert (out / "model.safetensors").exists() and (out / "checkpoint-2" / "model.safetensors").exists()
+    # each rank saved its own RNG state in the one checkpoint: both trained
+    assert sorted(p.name for p in (out / "checkpoint-2").glob("rng_state*")) == ["rng_state_0.pth",
+                                                                                 "rng_state_1.pth"]
+
+
+@pytest.mark.parametrize("kw, gpus, match", [
+    (dict(processes=3, batch_size=8), 0, "trainer.batch_size: 8 rows per step cannot be shared by 3 processes"),
+    (dict(gpus=2), 0, "trainer.gpus: 2 asked but no GPU is visible; on the CPU set trainer.processes"),
+    (dict(gpus=4), 2, "trainer.gpus: 4 asked but 2 GPU(s) are visible"),
+    (dict(gpus=2, processes=3, batch_size=6), 2, "trainer.processes: 3 asked but training runs one process per GPU"),
+])
+def test_process_counts_the_machine_or_batch_cannot_take_are_one_line(kw, gpus, match):
+    with pytest.raises(ConfigError) as e:
+        world_size(SFTTrainerSection(**kw), gpus)
+    assert str(e.value).startswith(match) and "\n" not in str(e.value)
+
+
+def test_process_counts():
+    assert world_size(SFTTrainerSection(), 0) == 1 and world_size(SFTTrainerSection(processes=2), 0) == 2
+    assert world_size(SFTTrainerSection(gpus=2), 2) == 2  # one per GPU (the GPU side of the rule: no GPU here)

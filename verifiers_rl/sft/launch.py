@@ -1,0 +1,64 @@
+"""vf-sft with several training processes: torchrun started as vf-rl starts it (plan/launch.torchrun_command).
+
+`[trainer] gpus` (one process per GPU) on a machine with GPUs, `[trainer] processes` on one without (DDP over gloo),
+the knobs vf-rl's `[trainer]` has. The parent checks the config and the data first (a mistake is one line before
+anything starts), then runs `torchrun ... -m verifiers_rl.cli.sft <the same arguments>`; each rank runs TRL's
+SFTTrainer, which takes its DDP set-up from torchrun's variables. `batch_size` stays the rows of one step: each
+rank takes `batch_size / processes` of them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+
+def under_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def rank() -> tuple[int, int]:
+    """(this process's rank, the world size): (0, 1) outside torchrun."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def world_size(trainer: Any, gpus_visible: int) -> int:
+    """Training processes for vf-sft's `[trainer]` (gpus, processes, batch_size); ConfigError (one line) when the
+    machine or the batch cannot take them."""
+    from verifiers_rl.config.loading import ConfigError
+
+    if gpus_visible:
+        n = trainer.gpus
+        if n > gpus_visible:
+            raise ConfigError(f"trainer.gpus: {n} asked but {gpus_visible} GPU(s) are visible; set trainer.gpus <= "
+                              f"{gpus_visible}")
+        if trainer.processes is not None and trainer.processes != n:
+            raise ConfigError(f"trainer.processes: {trainer.processes} asked but training runs one process per GPU "
+                              f"({n}); drop trainer.processes or set trainer.gpus = {trainer.processes}")
+    else:
+        if trainer.gpus > 1:
+            raise ConfigError(f"trainer.gpus: {trainer.gpus} asked but no GPU is visible; on the CPU set "
+                              "trainer.processes instead")
+        n = trainer.processes or 1
+    if trainer.batch_size % n:
+        raise ConfigError(f"trainer.batch_size: {trainer.batch_size} rows per step cannot be shared by {n} "
+                          f"processes; use a multiple of {n}")
+    return n
+
+
+def relaunch(n: int, argv: list[str]) -> int:
+    """Run vf-sft's ranks under torchrun with the same arguments; their exit code (torchrun ends every rank when one
+    fails, and its workers when it is ended)."""
+    from verifiers_rl.plan.launch import torchrun_command
+
+    cmd = [*torchrun_command(n), "-m", "verifiers_rl.cli.sft", *argv]
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:  # the ranks got the same SIGINT; give torchrun time to end them
+        try:
+            return proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            return proc.wait()

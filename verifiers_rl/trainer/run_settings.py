@@ -1,0 +1,62 @@
+"""An RLConfig's run name, output dir and W&B table.
+
+Building an RLConfig only derives values from its own fields (`resolve_run_settings`: run name, output dir,
+report_to); what touches the process, W&B's environment variables, happens when training starts
+(`export_wandb_env`, called by RLTrainer.train), so a config can be built, checked or printed without side effects.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+WANDB_KEYS = ("project", "entity", "name")
+
+
+def _is_none_report(report_to: Any) -> bool:
+    return report_to is None or report_to == "none" or report_to == ["none"] or report_to == []
+
+
+def wandb_problem(wandb: Any) -> str | None:
+    """One line saying what is wrong with a `wandb` table, or None."""
+    if wandb is None:
+        return None
+    if not isinstance(wandb, dict):
+        return f"wandb must be a table with keys {', '.join(WANDB_KEYS)}, got {type(wandb).__name__}"
+    unknown = sorted(set(wandb) - set(WANDB_KEYS))
+    if unknown:
+        return f"wandb has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(WANDB_KEYS)}"
+    return None
+
+
+def resolve_run_settings(cfg: Any) -> None:
+    """run_name (wandb.name, else the output dir's name, else a timestamp), output_dir (outputs/<run_name>) and,
+    with a wandb table, report_to including wandb (the user's other integrations kept)."""
+    if cfg.run_name is None:
+        if cfg.wandb and cfg.wandb.get("name"):
+            cfg.run_name = str(cfg.wandb["name"])
+        elif cfg.output_dir:
+            cfg.run_name = os.path.basename(os.path.normpath(os.path.expanduser(cfg.output_dir)))
+        else:
+            cfg.run_name = "vf-rl-" + time.strftime("%Y%m%d-%H%M%S")
+    if cfg.output_dir is None:
+        cfg.output_dir = os.path.join("outputs", cfg.run_name)
+    if cfg.wandb is None:
+        return
+    if _is_none_report(cfg.report_to):
+        cfg.report_to = ["wandb"]
+    else:
+        current = [cfg.report_to] if isinstance(cfg.report_to, str) else list(cfg.report_to)
+        if "all" not in current and "wandb" not in current:
+            current.append("wandb")
+        cfg.report_to = current
+
+
+def export_wandb_env(cfg: Any) -> None:
+    """At train start: transformers' WandbCallback reads the project from the environment, and wandb the entity."""
+    wandb = cfg.wandb or {}
+    if wandb.get("project"):
+        os.environ["WANDB_PROJECT"] = str(wandb["project"])
+    if wandb.get("entity"):
+        os.environ["WANDB_ENTITY"] = str(wandb["entity"])
