@@ -34,20 +34,24 @@ def _fmt(v: Any) -> str:
 
 
 class ConsoleCallback(TrainerCallback):
-    """One line per logged step; eval results in their own line."""
+    """One line per logged step; eval results in their own line. The loss's own metrics on it are those the chosen
+    loss names (``LossSpec.console``, trainer/losses/), between the entropy and the gradient norm."""
 
-    KEYS = [("reward/all/mean", "reward"), ("loss/mean", "loss"), ("entropy/mean", "entropy"),
-            ("mismatch_kl/mean", "kl"), ("teacher_kl/mean", "teacher_kl"), ("sft/nll/mean", "nll"),
-            ("optim/grad_norm", "grad"), ("seq_len/completion_mean", "len"),
-            ("time/step", "s")]
+    KEYS = [("reward/all/mean", "reward"), ("loss/mean", "loss"), ("entropy/mean", "entropy")]
+    KEYS_AFTER = [("optim/grad_norm", "grad"), ("seq_len/completion_mean", "len"), ("time/step", "s")]
 
-    def __init__(self, console: Any = None):
+    def __init__(self, console: Any = None, loss_keys: tuple[tuple[str, str], ...] | None = None):
         from rich.console import Console
 
         self.console = console or Console()
         self.progress: Any = None
+        self.loss_keys = loss_keys
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if self.loss_keys is None:
+            from verifiers_rl.trainer.losses.settings import resolve_loss
+
+            self.loss_keys = resolve_loss(args)[0].console
         # In a terminal, a bar under the step lines (they print above it); in a log file, the lines alone.
         if state.is_world_process_zero and self.console.is_terminal and self.progress is None:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
@@ -76,7 +80,8 @@ class ConsoleCallback(TrainerCallback):
                 self.console.print(f"[bold magenta]{kind}[/] step {state.global_step}: reward " + ", ".join(parts),
                                    soft_wrap=True)
         if "reward/all/mean" in logs:
-            parts = [f"{label} {_fmt(logs[k])}" for k, label in self.KEYS if k in logs]
+            keys = [*self.KEYS, *(self.loss_keys or ()), *self.KEYS_AFTER]
+            parts = [f"{label} {_fmt(logs[k])}" for k, label in keys if k in logs]
             self.console.print(f"[bold cyan]step {state.global_step}/{state.max_steps}[/] " + " | ".join(parts), soft_wrap=True)
 
 

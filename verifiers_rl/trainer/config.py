@@ -12,6 +12,7 @@ from verifiers_rl.trainer.advantages import SCALE_REWARDS_CHOICES
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
 from verifiers_rl.trainer.loss import LossConfig
+from verifiers_rl.trainer.losses.settings import check_loss, resolve_loss
 from verifiers_rl.trainer.modes import ModeConfig, mode_problem
 from verifiers_rl.trainer.run_settings import resolve_run_settings, wandb_problem
 
@@ -137,6 +138,9 @@ class RLConfig(CheckpointSettings, TrainingArguments):
     mask_ratio_high: float = _setting(LossConfig, "mask_ratio_high")
     kl_tau: float = _setting(LossConfig, "kl_tau")
     beta: float = _setting(LossConfig, "beta")
+    loss: dict[str, Any] | None = field(default=None, metadata={
+        "help": "The loss: a table with 'type' (default, dapo; opd and sft for those modes; None: the mode's own) and "
+                "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}. docs/training.md#choosing-a-loss"})
     scale_rewards: str = field(
         default="none",
         metadata={"help": "Divide advantages by the reward std: 'none', 'group' or 'batch' (std + 1e-4)."},
@@ -311,6 +315,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         problem = mode_problem(self)  # training_mode and its teacher (trainer/modes.py)
         if problem:
             _fail(problem)
+        check_loss(self)  # loss.type and its keys; the loss's config checks its values (trainer/losses/)
 
     def _validate_batch_shape(self) -> None:
         """Batch shape: positive sizes, groups of >= 2, whole groups per batch."""
@@ -400,14 +405,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
             _fail(f"max_async_level={self.max_async_level} must be >= 0 (0: on-policy, 1: one step ahead)")
 
     def _validate_loss_eval_and_wandb(self) -> None:
-        """Loss masking, what RLTrainer does itself, eval and wandb."""
-        if not (0 <= self.mask_ratio_low < 1 < self.mask_ratio_high):
-            _fail(
-                f"mask_ratio_low={self.mask_ratio_low} and mask_ratio_high={self.mask_ratio_high} must satisfy "
-                f"0 <= low < 1 < high (defaults {LossConfig.mask_ratio_low} and {LossConfig.mask_ratio_high})"
-            )
-        if not self.beta >= 0:
-            _fail(f"beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
+        """What RLTrainer does itself, eval and wandb."""
         if self.gradient_accumulation_steps != 1:
             _fail(
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} must be 1: RLTrainer accumulates "
@@ -423,9 +421,9 @@ class RLConfig(CheckpointSettings, TrainingArguments):
 
     # ------------------------------------------------------------------------------------------------------------------
 
-    def loss_config(self) -> LossConfig:
-        """The loss's settings (``LossConfig``) as this run sets them."""
-        return self._settings(LossConfig)
+    def loss_config(self) -> Any:
+        """The chosen loss's config as this run sets it (``LossConfig`` for the default loss)."""
+        return resolve_loss(self)[1]
 
     def buffer_config(self) -> BufferConfig:
         """The difficulty buffer's settings (``BufferConfig``) as this run sets them."""

@@ -45,6 +45,16 @@ class LossConfig:
         default=0.0, metadata={"help": "Weight of the KL penalty to the reference (initial) policy; 0 disables it."}
     )
 
+    def __post_init__(self) -> None:
+        if not (0 <= self.mask_ratio_low < 1 < self.mask_ratio_high):
+            raise ValueError(
+                f"mask_ratio_low={self.mask_ratio_low} and mask_ratio_high={self.mask_ratio_high} must satisfy "
+                "0 <= low < 1 < high (defaults 0.125 and 8.0)")
+        if not self.kl_tau >= 0:
+            raise ValueError(f"kl_tau={self.kl_tau} must be >= 0 (0: no log-ratio penalty; prime-rl uses 1e-3)")
+        if not self.beta >= 0:
+            raise ValueError(f"beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
+
 
 @dataclass
 class LossInputs:
@@ -162,15 +172,15 @@ def ratio_masked_policy_gradient(inputs: LossInputs, config: LossConfig) -> Loss
     zero = torch.zeros_like(pg_tokens)
     loss = (torch.where(keep, pg_tokens, zero) + torch.where(mask, reg_tokens, zero)).sum() / total
 
-    metrics = _ratio_metrics(mask, ratio_d, log_ratio.detach(), out_of_range, advantages)
+    metrics = ratio_metrics(mask, ratio_d, log_ratio.detach(), out_of_range, advantages)
     if ref_kl_tokens is not None:
         metrics["ref_kl/mean"] = masked_mean(ref_kl_tokens.detach(), mask)
     return LossOutputs(loss=loss, metrics=metrics)
 
 
 @torch.no_grad()
-def _ratio_metrics(mask: torch.Tensor, ratio: torch.Tensor, log_ratio: torch.Tensor, out_of_range: torch.Tensor,
-                   advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+def ratio_metrics(mask: torch.Tensor, ratio: torch.Tensor, log_ratio: torch.Tensor, out_of_range: torch.Tensor,
+                  advantages: torch.Tensor) -> dict[str, torch.Tensor]:
     """A micro-batch's importance-ratio metrics over its loss tokens (mask): ratio mean/min/max, the ratio-masked
     share (all, and by advantage sign: shares of all loss tokens), and the k3 mismatch KL's mean, mean square
     (→ std once merged, trainer/metrics.py) and max."""

@@ -1,6 +1,6 @@
 """Training modes: what a step's rollouts are and which loss trains on them (``RLConfig.training_mode``).
 
-- ``rl``: the policy's rollouts; rewards → group advantages → the RL loss (``trainer/loss.py``).
+- ``rl``: the policy's rollouts; rewards → group advantages → an RL loss (``loss.type``: ``trainer/losses/``).
 - ``opd``: on-policy distillation. The policy's rollouts; a teacher scores the sampled sequences and the loss
   lowers the policy's KL to the teacher on the policy's own sampled tokens (``distill_loss.opd_loss``). In
   multi-turn rollouts the environment's tokens carry no loss.
@@ -82,6 +82,10 @@ class RLMode:
         self.args = trainer.args
         # the policy's log-probs match its sampling distribution; greedy (0) reports the raw one, as vLLM does
         self.temperature = logprob_temperature(self.args.temperature)
+        from verifiers_rl.trainer.losses.settings import resolve_loss
+
+        # the loss this mode's inputs go to (trainer/losses/: loss.type, or the mode's own)
+        self.loss_spec, self.loss_config = resolve_loss(self.args)
 
     def generation(self, client: Any, model_name: Any) -> tuple[Any, Any]:
         """The client and model name the orchestrator's rollouts come from: the policy's."""
@@ -95,10 +99,13 @@ class RLMode:
                              mask_truncated_completions=a.mask_truncated_completions, max_prompt_len=a.max_prompt_len)
 
     def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, total_tokens: Any) -> Any:
-        from verifiers_rl.trainer.loss import compute_loss
+        from verifiers_rl.trainer.loss import LossInputs
 
-        ref = reference_logprobs(self.trainer, model, mb) if self.args.beta > 0 else None
-        return compute_loss(lp, sampling, mb.advantages, mb.loss_mask, total_tokens, self.trainer.loss_config, ref)
+        # a loss with a reference KL weight (beta) gets the reference policy's log-probs
+        ref = reference_logprobs(self.trainer, model, mb) if getattr(self.loss_config, "beta", 0) > 0 else None
+        inputs = LossInputs(trainer_logprobs=lp, sampling_logprobs=sampling, advantages=mb.advantages,
+                            loss_mask=mb.loss_mask, total_loss_tokens=total_tokens, ref_logprobs=ref)
+        return self.loss_spec.fn(inputs, self.loss_config)
 
     def finish(self, metrics: dict[str, float]) -> dict[str, float]:
         """The step's aggregated loss metrics, completed (e.g. a std from a mean and a mean square)."""
@@ -150,17 +157,12 @@ class OPDMode(RLMode):
         return out.to(mb.input_ids.device)
 
     def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, total_tokens: Any) -> Any:
-        from verifiers_rl.trainer.distill_loss import DistillInputs, opd_loss
+        from verifiers_rl.trainer.distill_loss import DistillInputs
 
         mask = mb.loss_mask & ~mb.env_mask  # the KL only on the policy's own sampled tokens
         inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mask, total_loss_tokens=total_tokens,
                                sampling_logprobs=sampling, teacher_logprobs=self._teacher_logprobs(mb, mask))
-        return opd_loss(inputs, self.trainer.loss_config)
-
-    def finish(self, metrics: dict[str, float]) -> dict[str, float]:
-        from verifiers_rl.trainer.distill_loss import finish_teacher_kl
-
-        return finish_teacher_kl(metrics)
+        return self.loss_spec.fn(inputs, self.loss_config)
 
     def close(self) -> None:
         self.teacher.close()
@@ -191,9 +193,10 @@ class SFTMode(RLMode):
                                tools=getattr(self.trainer.env, "tool_defs", None))
 
     def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, total_tokens: Any) -> Any:
-        from verifiers_rl.trainer.distill_loss import DistillInputs, sft_loss
+        from verifiers_rl.trainer.distill_loss import DistillInputs
 
-        return sft_loss(DistillInputs(trainer_logprobs=lp, loss_mask=mb.loss_mask, total_loss_tokens=total_tokens))
+        inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mb.loss_mask, total_loss_tokens=total_tokens)
+        return self.loss_spec.fn(inputs, self.loss_config)
 
     def close(self) -> None:
         self.teacher.close()

@@ -1,0 +1,216 @@
+"""Losses chosen by `loss.type` (trainer/losses/): the registry, each loss's own config checks, DAPO's loss on a
+hand-worked example, the RLConfig / [trainer.args.loss] key, the trainer naming no loss's metric, and a real
+two-step RLTrainer run with the DAPO loss on the tiny model."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import verifiers_rl as vf
+from verifiers_rl.config.loading import ConfigError, parse_args
+from verifiers_rl.config.schema import resolve_run
+from verifiers_rl.trainer.loss import LossConfig, LossInputs, compute_loss
+from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, get_loss, loss_types
+from verifiers_rl.trainer.losses.dapo import DAPOLossConfig, dapo_loss
+from verifiers_rl.trainer.losses.distill import SFTLossConfig
+from verifiers_rl.trainer.losses.settings import resolve_loss
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = dict(batch_size=4, micro_batch_size=2, rollouts_per_example=2, report_to="none")
+
+
+def config(tmp_path, **kw) -> vf.RLConfig:
+    return vf.RLConfig(output_dir=str(tmp_path / "o"), **{**SMALL, **kw})
+
+
+# --- registry ---------------------------------------------------------------------------------------------------------
+
+
+def test_registry_names_each_loss_with_its_own_config_and_mode():
+    assert loss_types() == ["default", "dapo", "opd", "sft"]
+    assert loss_types("rl") == ["default", "dapo"] and loss_types("opd") == ["opd"] and loss_types("sft") == ["sft"]
+    for name in LOSSES:
+        spec = get_loss(name)
+        assert spec.name == name and dataclasses.is_dataclass(spec.config) and callable(spec.fn)
+        spec.config()  # the defaults are valid
+    assert {get_loss(MODE_LOSS[m]).mode for m in MODE_LOSS} == set(MODE_LOSS)
+    assert get_loss("default").config is LossConfig and get_loss("dapo").config is DAPOLossConfig
+    assert get_loss("sft").config is SFTLossConfig
+
+
+def test_unknown_type_is_one_line_listing_the_registered_ones():
+    with pytest.raises(ValueError) as e:
+        get_loss("gspoo")
+    assert str(e.value) == "loss.type='gspoo' is not one of default, dapo, opd, sft; set loss.type to one of them"
+
+
+@pytest.mark.parametrize("cls, kw, match", [
+    (LossConfig, dict(mask_ratio_low=1.5), "mask_ratio_low=1.5 and mask_ratio_high=8.0 must satisfy 0 <= low < 1"),
+    (LossConfig, dict(mask_ratio_high=0.9), "mask_ratio_high=0.9 must satisfy"),
+    (LossConfig, dict(kl_tau=-1.0), "kl_tau=-1.0 must be >= 0"),
+    (LossConfig, dict(beta=-0.5), "beta=-0.5 must be >= 0"),
+    (DAPOLossConfig, dict(epsilon_low=1.0), r"loss.epsilon_low=1.0 must be in \[0, 1\) \(DAPO: 0.2\)"),
+    (DAPOLossConfig, dict(epsilon_high=0.0), r"loss.epsilon_high=0.0 must be > 0 \(DAPO: 0.28\)"),
+])
+def test_each_loss_config_checks_its_own_values_in_one_line(cls, kw, match):
+    with pytest.raises(ValueError, match=match) as e:
+        cls(**kw)
+    assert "\n" not in str(e.value)
+
+
+# --- DAPO on a hand-worked example -------------------------------------------------------------------------------------
+
+
+def dapo_example():
+    """Two rollouts, A = +1 and A = -1, ratios chosen around DAPO's window [0.8, 1.28]; the last token of row 1 is
+    off the mask with a placeholder log-prob of 120 (must not turn into NaN)."""
+    ratios = torch.tensor([[1.5, 0.5, 1.0, 1.0], [0.5, 1.5, 1.0, 1.0]])
+    sampling = torch.tensor([[-1.0, -2.0, -0.5, 0.0], [-1.5, -0.7, -1.0, 0.0]])
+    trainer = (sampling + ratios.log()).clone()
+    trainer[1, 3] = 120.0
+    trainer.requires_grad_(True)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    return trainer, sampling, torch.tensor([1.0, -1.0]), mask
+
+
+def test_dapo_loss_metrics_and_gradient_match_the_hand_computed_values():
+    trainer, sampling, adv, mask = dapo_example()
+    out = dapo_loss(LossInputs(trainer, sampling, adv, mask, total_loss_tokens=6), DAPOLossConfig())
+    # per token -min(r A, clip(r, 0.8, 1.28) A):
+    #   row 0 (A=+1): r=1.5 -> -1.28 (clipped), r=0.5 -> -0.5, r=1 -> -1
+    #   row 1 (A=-1): r=0.5 -> +0.8 (clipped), r=1.5 -> +1.5, r=1 -> +1
+    # sum = -1.28 - 0.5 - 1 + 0.8 + 1.5 + 1 = 0.52, over 6 loss tokens
+    assert out.loss.item() == pytest.approx(0.52 / 6, abs=1e-6)
+    out.loss.backward()
+    # d/d lp of -r A is -r A (r = exp(lp - sampling)); the clipped tokens have none; divided by the 6 tokens
+    expected = torch.tensor([[0.0, -0.5, -1.0, 0.0], [0.0, 1.5, 1.0, 0.0]]) / 6
+    assert torch.allclose(trainer.grad, expected, atol=1e-6)
+    m = {k: float(v) for k, v in out.metrics.items()}
+    k3 = {1.5: 1.5 - math.log(1.5) - 1, 0.5: 0.5 - math.log(0.5) - 1, 1.0: 0.0}  # r - log r - 1
+    assert m["loss_tokens"] == 6
+    assert m["masked_fraction"] == pytest.approx(2 / 6)  # the two clipped tokens have no gradient
+    assert m["masked_fraction/positive_advantage"] == pytest.approx(1 / 6)
+    assert m["masked_fraction/negative_advantage"] == pytest.approx(1 / 6)
+    assert m["importance_ratio/mean"] == pytest.approx((1.5 + 0.5 + 1 + 0.5 + 1.5 + 1) / 6)
+    assert m["importance_ratio/min"] == pytest.approx(0.5) and m["importance_ratio/max"] == pytest.approx(1.5)
+    assert m["mismatch_kl/mean"] == pytest.approx((2 * k3[1.5] + 2 * k3[0.5]) / 6, abs=1e-6)
+
+
+def test_dapo_differs_from_the_default_loss_where_the_clip_acts():
+    """Same tensors, default loss: no token leaves [0.125, 8], so every token trains (sum of -r A = -0.5 + ...)."""
+    trainer, sampling, adv, mask = dapo_example()
+    default = compute_loss(trainer, sampling, adv, mask, 6, LossConfig())
+    # -(1.5 + 0.5 + 1) + (0.5 + 1.5 + 1) = 0
+    assert default.loss.item() == pytest.approx(0.0, abs=1e-6)
+    assert float(default.metrics["masked_fraction"]) == 0.0
+    wide = dapo_loss(LossInputs(trainer, sampling, adv, mask, 6), DAPOLossConfig(epsilon_low=0.9, epsilon_high=9.0))
+    assert wide.loss.item() == pytest.approx(0.0, abs=1e-6)  # a window holding every ratio: the same loss
+
+
+# --- the config surface ------------------------------------------------------------------------------------------------
+
+
+def test_rlconfig_loss_table_config_object_and_the_older_top_level_keys(tmp_path):
+    assert config(tmp_path).loss_config() == LossConfig()
+    assert config(tmp_path, kl_tau=0.01, beta=0.1).loss_config() == LossConfig(kl_tau=0.01, beta=0.1)
+    c = config(tmp_path, loss={"type": "dapo", "epsilon_high": 0.3})
+    assert c.loss_config() == DAPOLossConfig(epsilon_high=0.3)
+    c = config(tmp_path, loss=DAPOLossConfig(epsilon_low=0.1))  # notebook: the config object, kept as its table
+    assert c.loss == {"type": "dapo", "epsilon_low": 0.1, "epsilon_high": 0.28}
+    assert c.loss_config() == DAPOLossConfig(epsilon_low=0.1)
+    c = config(tmp_path, loss={"type": "default", "beta": 0.2})  # the table fills the top-level key others read
+    assert c.beta == 0.2 and c.loss_config() == LossConfig(beta=0.2)
+    for mode in ("opd", "sft"):  # each mode's own loss when loss.type is not set
+        spec, _ = resolve_loss(config(tmp_path, training_mode=mode, teacher_model="t", rollouts_per_example=1))
+        assert spec.name == mode
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(loss={"type": "gspoo"}), "loss.type='gspoo' is not one of default, dapo, opd, sft"),
+    (dict(loss={"type": "dapo", "epsilon": 0.2}),
+     "loss.epsilon is not a key of loss type 'dapo'; its keys: epsilon_low, epsilon_high"),
+    (dict(loss={"type": "dapo", "epsilon_low": 1.5}), r"loss.epsilon_low=1.5 must be in \[0, 1\)"),
+    (dict(loss={"type": "sft"}), "loss.type='sft' trains training_mode='sft', not 'rl'; set training_mode='sft' or "
+                                 "loss.type to one of default, dapo"),
+    (dict(loss={"type": "dapo"}, beta=0.1), "beta=0.1 applies to loss.type 'default' or 'opd', not 'dapo'"),
+    (dict(kl_tau=0.1, loss={"kl_tau": 0.2}), "kl_tau=0.1 and loss.kl_tau=0.2 are both set; keep one"),
+    (dict(loss="dapo"), "loss='dapo' must be a table with a 'type' key"),
+])
+def test_rlconfig_refuses_a_bad_loss_in_one_line(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match) as e:
+        config(tmp_path, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_vf_rl_toml_and_command_line_reach_the_loss_table(tmp_path):
+    toml = tmp_path / "rl.toml"
+    toml.write_text('model = "m"\n[env]\nid = "reverse-text"\n[trainer.args]\nbatch_size = 4\nmicro_batch_size = 2\n'
+                    'rollouts_per_example = 2\n[trainer.args.loss]\ntype = "dapo"\nepsilon_high = 0.3\n')
+    _, raw, _ = parse_args(["@", str(toml), "--trainer.args.loss.epsilon-low", "0.1",
+                            "--output-dir", str(tmp_path / "o")])
+    run = resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
+    assert run.args.loss_config() == DAPOLossConfig(epsilon_low=0.1, epsilon_high=0.3)
+    raw["trainer"]["args"]["loss"] = {"type": "gspoo"}
+    with pytest.raises(ConfigError) as e:
+        resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
+    assert str(e.value).startswith("trainer.args.loss: loss.type='gspoo' is not one of default, dapo, opd, sft")
+
+
+# --- the trainer names no loss's metric --------------------------------------------------------------------------------
+
+
+def test_the_trainer_modules_name_no_loss_metric():
+    """Metric names a loss returns appear only in the loss modules: the trainer logs what the loss returns."""
+    names = set()
+    for name in LOSSES:
+        spec = get_loss(name)
+        names |= set(spec.when_empty) | {k for k, _ in spec.console}
+    names |= {"masked_fraction", "ref_kl/mean", "mismatch_kl/std", "teacher_kl/std"}
+    trainer_dir = REPO / "verifiers_rl" / "trainer"
+    loss_side = {"loss.py", "distill_loss.py", "token_export.py"}  # token_export: its own per-token field names
+    for path in sorted(trainer_dir.glob("*.py")):
+        if path.name in loss_side:
+            continue
+        strings = {n.value for n in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert not strings & names, f"{path.name} names {sorted(strings & names)}"
+
+
+# --- a real run with the DAPO loss --------------------------------------------------------------------------------------
+
+
+def test_a_real_rltrainer_run_trains_with_the_dapo_loss(tiny_model_dir, tmp_path, monkeypatch):
+    from test_trainer import lora_weights, make_config, make_env, read_metrics
+
+    from verifiers_rl.trainer.losses import dapo
+
+    calls = []
+
+    def recorded(inputs, cfg):  # wraps the registered function: checks each micro-batch's value independently
+        out = dapo_loss(inputs, cfg)
+        lp, m = inputs.trainer_logprobs.detach(), inputs.loss_mask
+        r = torch.exp(torch.where(m, lp - inputs.sampling_logprobs, torch.zeros_like(lp)))
+        a = inputs.advantages.unsqueeze(1)
+        per = -torch.minimum(r * a, r.clamp(1 - cfg.epsilon_low, 1 + cfg.epsilon_high) * a)
+        assert out.loss.item() == pytest.approx((per * m).sum().item() / float(inputs.total_loss_tokens), abs=1e-6)
+        calls.append(cfg)
+        return out
+
+    monkeypatch.setattr(dapo, "LOSS", dataclasses.replace(dapo.LOSS, fn=recorded))
+    trainer = vf.RLTrainer(str(tiny_model_dir), make_env(),
+                           make_config(tmp_path, loss={"type": "dapo", "epsilon_high": 0.3}))
+    before = lora_weights(trainer.model)
+    trainer.train()
+    assert calls and all(c == DAPOLossConfig(epsilon_high=0.3) for c in calls)
+    assert len(calls) == 2 * 2  # 2 steps x 2 micro-batches of 4 rollouts
+    after = lora_weights(trainer.model)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    steps = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
+    assert len(steps) == 2 and all("masked_fraction" in r and "importance_ratio/min" in r for r in steps)
+    assert all(math.isfinite(r["loss/mean"]) for r in steps)

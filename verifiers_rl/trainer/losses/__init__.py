@@ -1,0 +1,57 @@
+"""The losses, chosen by name (``loss.type``; prime-rl's ``[loss] type``, TRL's ``loss_type``).
+
+Each registered loss lives in its own module and is a :class:`LossSpec`: a pure function ``(inputs, config) ->
+LossOutputs`` (the loss and its metrics by name), its own config class (a dataclass that checks its values in
+``__post_init__`` and raises one line naming the key), the training mode whose inputs it takes, what a step without
+loss tokens reports, and which of its metrics the console line shows. The trainer logs whatever metrics the loss
+returns and names none of them.
+
+Adding a loss: a module here that defines ``LOSS = LossSpec(...)``, and its line in ``LOSSES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# name -> "module[:attribute]" (attribute LOSS when omitted); imported when the loss is chosen
+LOSSES: dict[str, str] = {
+    "default": "verifiers_rl.trainer.losses.default",
+    "dapo": "verifiers_rl.trainer.losses.dapo",
+    "opd": "verifiers_rl.trainer.losses.distill:OPD",
+    "sft": "verifiers_rl.trainer.losses.distill:SFT",
+}
+# the loss a training mode uses when loss.type is not set
+MODE_LOSS = {"rl": "default", "opd": "opd", "sft": "sft"}
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """One registered loss.
+
+    ``mode``: the training mode that builds its inputs: ``rl`` (``LossInputs``: sampler log-probs, advantages, the
+    reference log-probs when the config's ``beta`` > 0), ``opd`` or ``sft`` (``DistillInputs``).
+    ``when_empty``: values of its ``*/min`` / ``*/max`` metrics for a step without loss tokens (others report 0).
+    ``console``: ``(metric, label)`` pairs the console's step line shows, after the entropy.
+    """
+
+    name: str
+    fn: Callable[[Any, Any], Any]
+    config: type
+    mode: str = "rl"
+    when_empty: dict[str, float] = field(default_factory=dict)
+    console: tuple[tuple[str, str], ...] = ()
+
+
+def loss_types(mode: str | None = None) -> list[str]:
+    """The registered loss names (those whose inputs ``mode`` builds, when given)."""
+    return [n for n in LOSSES if mode is None or get_loss(n).mode == mode]
+
+
+def get_loss(name: str) -> LossSpec:
+    """The registered loss ``name``; an unknown name is one line listing the registered ones."""
+    if not isinstance(name, str) or name not in LOSSES:
+        raise ValueError(f"loss.type={name!r} is not one of {', '.join(LOSSES)}; set loss.type to one of them")
+    module, _, attr = LOSSES[name].partition(":")
+    return getattr(importlib.import_module(module), attr or "LOSS")

@@ -1,0 +1,67 @@
+"""A run's loss from its settings: ``RLConfig.loss`` (``[trainer.args.loss]``: ``type`` and that loss's own keys)
+and RLConfig's top-level loss keys (``mask_ratio_low``, ``mask_ratio_high``, ``kl_tau``, ``beta``: older than the
+table, they keep working and fill the chosen loss's key of the same name)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from verifiers_rl.trainer.loss import LossConfig
+from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec, get_loss, loss_types
+
+# RLConfig's top-level loss keys: LossConfig's fields (RLConfig takes them from it)
+SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(LossConfig)}
+
+
+def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
+    """``RLConfig.loss`` as a table: None, a table with ``type``, or the config object of a loss ``mode`` trains with
+    (``DAPOLossConfig(epsilon_high=0.3)`` in a notebook)."""
+    if loss is None:
+        return {}
+    if isinstance(loss, dict):
+        return dict(loss)
+    names = [n for n in loss_types(mode) if type(loss) is get_loss(n).config]
+    if names and dataclasses.is_dataclass(loss):
+        return {"type": names[0], **dataclasses.asdict(loss)}
+    raise ValueError(f"loss={loss!r} must be a table with a 'type' key (one of {', '.join(LOSSES)}) or the config "
+                     f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
+
+
+def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
+    """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields)."""
+    mode = getattr(c, "training_mode", "rl")
+    table = loss_table(getattr(c, "loss", None), mode)
+    spec = get_loss(table.pop("type", None) or MODE_LOSS.get(mode, "default"))
+    if spec.mode != mode:
+        fits = ", ".join(loss_types(mode)) or "none"
+        raise ValueError(f"loss.type={spec.name!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
+                         f"training_mode={spec.mode!r} or loss.type to one of {fits}")
+    own = [f.name for f in dataclasses.fields(spec.config)]
+    for key in table:
+        if key not in own:
+            raise ValueError(f"loss.{key} is not a key of loss type {spec.name!r}; its keys: "
+                             f"{', '.join(own) or 'none'}")
+    values = {}
+    for key, default in SHARED_KEYS.items():
+        top = getattr(c, key, default)
+        if key in own:
+            if key in table and top != default and top != table[key]:
+                raise ValueError(f"{key}={top} and loss.{key}={table[key]} are both set; keep one")
+            values[key] = table.get(key, top)
+        elif top != default:
+            users = " or ".join(repr(n) for n in LOSSES if key in {f.name for f in dataclasses.fields(get_loss(n).config)})
+            raise ValueError(f"{key}={top} applies to loss.type {users}, not {spec.name!r}; remove it")
+    values.update(table)
+    return spec, spec.config(**values)
+
+
+def check_loss(c: Any) -> None:
+    """Build the run's loss config once (one line on a bad key or value) and set the top-level keys from the
+    table, so whoever reads ``c.beta`` (the reference model) sees the loss's value."""
+    spec, config = resolve_loss(c)
+    if c.loss is not None and not isinstance(c.loss, dict):  # a config object: kept as its table (JSON, TOML)
+        c.loss = {"type": spec.name, **dataclasses.asdict(config)}
+    for key in SHARED_KEYS:
+        if hasattr(config, key):
+            setattr(c, key, getattr(config, key))
