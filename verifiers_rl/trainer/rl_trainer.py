@@ -18,7 +18,8 @@ from transformers import SchedulerType, Trainer, TrainerCallback, get_scheduler
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from verifiers_rl.trainer.advantages import compute_advantages
-from verifiers_rl.trainer.batching import collate, prompt_length, split_micro_batches
+from verifiers_rl.rewards import reward_of, training_reward
+from verifiers_rl.trainer.batching import collate, drop_reason, split_micro_batches
 from verifiers_rl.trainer.callbacks import ConsoleCallback, MetricsFileCallback, RLControlCallback
 from verifiers_rl.trainer.checkpoints import STAGING_DIR, RLCheckpoints  # noqa: F401  (STAGING_DIR: old home)
 from verifiers_rl.trainer.config import RLConfig
@@ -28,6 +29,7 @@ from verifiers_rl.trainer.loss import masked_mean
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.model_loading import load_policy
 from verifiers_rl.trainer.orchestrator import Orchestrator
+from verifiers_rl.trainer.run_settings import export_wandb_env
 from verifiers_rl.trainer.sharding import FSDPCheckpoints
 from verifiers_rl.trainer.token_export import sequence_records, write_records
 
@@ -171,8 +173,7 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
         if len(states) != args.batch_size:
             raise RuntimeError(f"step {step}: got {len(states)} rollouts, expected batch_size={args.batch_size}")
 
-        rewards = torch.tensor([0.0 if (args.zero_truncated_completions and s.get("is_truncated"))
-                                else float(s.get("reward") or 0.0) for s in states])
+        rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # as the buffer
         advantages = compute_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
         mine = slice(offset, offset + len(batch.states))
         samples = self.mode.samples(batch.states, advantages[mine].tolist())  # opd by URL: the teacher scores here
@@ -186,7 +187,7 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
             "time/wait_for_batch": wait_s,
             "time/train": time.perf_counter() - t_train,
             "policy/staleness": float(step - batch.policy_version),
-            "prompt_too_long": float(sum(prompt_length(s) > args.max_prompt_len for s in states)),
+            "prompt_too_long": float(sum(drop_reason(s, args.max_prompt_len) == "prompt_too_long" for s in states)),
             **batch.metrics,
         }
         self._step_start = t_step
@@ -322,7 +323,7 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
         for s in states[:: max(1, len(states) // 3)][:3]:
             prompt = s["prompt"][-1].get("content", "") if s.get("prompt") else ""
             completion = "\n".join(str(m.get("content") or m.get("tool_calls") or "") for m in s["completion"])
-            table.add_row(str(prompt)[:200], completion[:300], f"{float(s.get('reward') or 0):.3f}")
+            table.add_row(str(prompt)[:200], completion[:300], f"{reward_of(s):.3f}")
         Console().print(table)
 
     # --- eval -------------------------------------------------------------------------------------------
@@ -379,6 +380,7 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
         return metrics
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
+        export_wandb_env(self.args)  # the process environment changes when training starts, not with the RLConfig
         self._clean_staging()
         eval_on_start = self.args.eval_on_start
         resume_from_checkpoint = self._resolve_resume(resume_from_checkpoint)  # True / a step → its path
