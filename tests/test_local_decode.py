@@ -99,7 +99,7 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, 
         monkeypatch.setattr(decode_step.DecodeStep, "step", counting_step)
         monkeypatch.setattr(decode_step.DecodeStep, "prefill", counting_prefill)
         calls.clear()
-        sampler = Sampler(attention, temperature=1.0, segments=row_generators([("r", 7, 0)] * B))
+        sampler = Sampler(attention, temperature=1.0, rng_groups=row_generators([("r", 7, 0)] * B))
         stopper = StopCriteria(None, P, eos_ids=[], max_new=max_new, min_tokens=[0] * B, ignore_eos=[True] * B,
                                stops=[[]] * B, skip_special_tokens=[True] * B)
         with torch.inference_mode():

@@ -490,7 +490,7 @@ def test_row_generators_seeds():
     def draws(seeds, global_seed=0):
         torch.manual_seed(global_seed)
         prompt = torch.zeros(len(seeds), 1, dtype=torch.long)
-        s = Sampler(torch.ones_like(prompt, dtype=torch.bool), segments=row_generators(seeds))
+        s = Sampler(torch.ones_like(prompt, dtype=torch.bool), rng_groups=row_generators(seeds))
         return step_sampler(s, prompt, torch.zeros(len(seeds), 1000)).argmax(-1).tolist()
 
     a = draws([("r", 7, 0), ("r", 7, 1), ("q", 8, 0)])

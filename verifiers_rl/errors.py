@@ -1,5 +1,11 @@
 """verifiers' error classes. A `vf.Error` raised inside a rollout is recorded in `state["error"]` and ends the
-rollout; other exceptions propagate."""
+rollout; other exceptions propagate. The project's own errors (ModelServerError, ConfigError, ...) follow them."""
+
+# verifiers' error API (`verifiers.errors`, what `utils.error_utils.vf_error_types` rebuilds): the project's own
+# errors further down are not part of it.
+__all__ = ["Error", "ModelError", "InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
+           "ToolError", "ToolParseError", "ToolCallError", "InfraError", "TunnelError", "SandboxError",
+           "BrowserSandboxError"]
 
 
 class Error(Exception):
@@ -48,11 +54,6 @@ class SandboxError(InfraError):
 
 class BrowserSandboxError(SandboxError):
     pass
-
-
-__all__ = ["Error", "ModelError", "InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
-           "ToolError", "ToolParseError", "ToolCallError", "InfraError", "TunnelError", "SandboxError",
-           "BrowserSandboxError"]
 
 
 class ModelServerError(RuntimeError):

@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 PROBE_TIMEOUT_S = 3.0
@@ -150,35 +150,7 @@ def dataset_hub_message(env_id: str, takes_dataset_source: bool) -> str:
     return f"environment {env_id!r}: its dataset is not in the local cache and {hub_state()}; {fix}"
 
 
-def takes_dataset_source(env_id: str) -> bool:
-    """Whether the environment's load_environment() has a `dataset_source` argument."""
-    import inspect
-
-    try:
-        from verifiers_rl.envs.loading import _import_env_module
-
-        loader = getattr(_import_env_module(env_id), "load_environment", None)
-        return loader is not None and "dataset_source" in inspect.signature(loader).parameters
-    except Exception:
-        return False
-
-
 # --- inference servers ---------------------------------------------------------------------------------------------
-
-
-def load_environment_or_one_line(env_id: str, **env_args: Any) -> Any:
-    """`load_environment` for the CLIs (vf-eval, vf-rl): a dataset the hub could not give raises one
-    NetworkError line, the environment's own load_environment() raising one EnvironmentLoadError line."""
-    from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound,
-                                           first_line, load_environment)
-
-    with hub_failures_as(lambda: dataset_hub_message(env_id, takes_dataset_source(env_id))):
-        try:
-            return load_environment(env_id, **env_args)
-        except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError):
-            raise
-        except Exception as e:  # a hub failure wrapped here is still one: hub_failures_as reads the cause chain
-            raise EnvironmentLoadError(f"environment {env_id!r}: load_environment() failed: {first_line(e)}") from e
 
 
 def check_server(base_url: str, timeout: float = SERVER_TIMEOUT_S) -> str | None:

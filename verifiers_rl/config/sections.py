@@ -237,7 +237,7 @@ def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], Any,
     return path, ann, siblings
 
 
-def _close(name: str, candidates: list[str]) -> str | None:
+def close_match(name: str, candidates: list[str]) -> str | None:
     m = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return m[0] if m else None
 
@@ -258,7 +258,7 @@ def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: s
     typ = e["type"]
     value = e.get("input")
     if typ == "extra_forbidden":
-        close = _close(str(loc[-1]), siblings)
+        close = close_match(str(loc[-1]), siblings)
         hint = f" (did you mean {prefix}{'.'.join([*path[:-1], close])}?)" if close else ""
         return f"{key}: unknown key{hint}"
     if typ == "missing":

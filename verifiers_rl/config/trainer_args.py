@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from verifiers_rl.config.loading import ConfigError
-from verifiers_rl.config.sections import _close, describe_type
+from verifiers_rl.config.sections import close_match, describe_type
 
 
 def _toml_type(tp: Any) -> Any:
@@ -111,7 +111,7 @@ def check_trainer_args(args: dict[str, Any]) -> None:
     info = rl_field_info()
     for k, v in args.items():
         if k not in info.types:
-            close = _close(k, info.own) or _close(k, info.names)
+            close = close_match(k, info.own) or close_match(k, info.names)
             hint = f" (did you mean trainer.args.{close}?)" if close else ""
             raise ConfigError(f"trainer.args.{k}: unknown key{hint}")
         bad = _type_error(v, info.types[k])

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from verifiers_rl.config.loading import ConfigError
-from verifiers_rl.config.sections import OPTIONAL_SECTIONS, TEACHER_ARGS, EnvSection, RunConfig, _close, one_line
+from verifiers_rl.config.sections import OPTIONAL_SECTIONS, TEACHER_ARGS, EnvSection, RunConfig, close_match, one_line
 from verifiers_rl.config.trainer_args import check_trainer_args, rl_field_info
 from verifiers_rl.plan.gpus import gpu_ids
 
@@ -186,13 +186,13 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
     verifiers 0.4 is installed (its config is checked when it loads)."""
     import inspect
 
-    from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, _import_env_module,
+    from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, import_env_module,
                                            environment_api)
     from verifiers_rl.verifiers_runtime import V1_INSTALL, V1_RANGE, v1_version
 
     try:
         v1 = environment_api(env_id, api, path)[0] == "v1"
-        module = None if v1 else _import_env_module(env_id)
+        module = None if v1 else import_env_module(env_id)
     except (EnvironmentNotFound, EnvironmentLoadError) as e:
         raise ConfigError(f"{key}.id: {e}") from None
     except Exception as e:
@@ -214,7 +214,7 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
         return
     for k in env_args:
         if k not in params:
-            close = _close(k, list(params))
+            close = close_match(k, list(params))
             hint = f" (did you mean {key}.args.{close}?)" if close else f"; it takes: {', '.join(params) or '(none)'}"
             raise ConfigError(f"{key}.args.{k}: unknown argument of {env_id!r}'s load_environment(){hint}")
 

@@ -216,7 +216,7 @@ def environment_api(env_id: str, api: str = "auto", path: str | Path | None = No
         return "classic", "no module found"
     if src.kind == "example":
         return "classic", "an example shipped with verifiers-rl"
-    module = _import_env_module(env_id)
+    module = import_env_module(env_id)
     if hasattr(module, "load_environment"):
         return "classic", f"module {module.__name__!r} has load_environment()"
     if _exports_v1(module):
@@ -264,7 +264,7 @@ def _not_found(env_id: str) -> EnvironmentNotFound:
         f"and no example of that name ships with verifiers-rl. Available: {', '.join(avail) if avail else '(none)'}")
 
 
-def _import_env_module(env_id: str) -> Any:
+def import_env_module(env_id: str) -> Any:
     src, hidden = find_environment(env_id)
     if src is None:
         raise _not_found(env_id)
@@ -300,7 +300,7 @@ def _import_env_module(env_id: str) -> Any:
 
 def load_environment(env_id: str, **env_args: Any) -> Any:
     """Import the environment's module and call its `load_environment(**env_args)`."""
-    module = _import_env_module(env_id)
+    module = import_env_module(env_id)
     loader = getattr(module, "load_environment", None)
     if loader is None:
         raise EnvironmentNotFound(f"module {module.__name__!r} has no load_environment() function")
@@ -333,3 +333,29 @@ def load_environment(env_id: str, **env_args: Any) -> Any:
 
     verifiers_runtime.announce()
     return env
+
+
+# --- for the CLIs: one line on failure -----------------------------------------------------------------------------
+
+
+def takes_dataset_source(env_id: str) -> bool:
+    """Whether the environment's load_environment() has a `dataset_source` argument."""
+    try:
+        loader = getattr(import_env_module(env_id), "load_environment", None)
+        return loader is not None and "dataset_source" in inspect.signature(loader).parameters
+    except Exception:
+        return False
+
+
+def load_environment_or_one_line(env_id: str, **env_args: Any) -> Any:
+    """`load_environment` for the CLIs (vf-eval, vf-rl): a dataset the hub could not give raises one
+    NetworkError line, the environment's own load_environment() raising one EnvironmentLoadError line."""
+    from verifiers_rl.network import dataset_hub_message, hub_failures_as
+
+    with hub_failures_as(lambda: dataset_hub_message(env_id, takes_dataset_source(env_id))):
+        try:
+            return load_environment(env_id, **env_args)
+        except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError):
+            raise
+        except Exception as e:  # a hub failure wrapped here is still one: hub_failures_as reads the cause chain
+            raise EnvironmentLoadError(f"environment {env_id!r}: load_environment() failed: {first_line(e)}") from e

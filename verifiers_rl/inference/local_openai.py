@@ -295,9 +295,9 @@ class TokenTexts:
 
 
 def _byte_decoder() -> dict[str, int]:
-    from verifiers_rl.models.tiny import _bytes_to_unicode
+    from verifiers_rl.models.tiny import bytes_to_unicode
 
-    return {ch: b for b, ch in _bytes_to_unicode().items()}
+    return {ch: b for b, ch in bytes_to_unicode().items()}
 
 
 def _logprobs_block(res: RowResult, tokens: TokenTexts) -> dict:

@@ -20,7 +20,7 @@ import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
 # (rows, generator): rows is None for "every row of the batch"
-Segments = list[tuple[torch.Tensor | None, torch.Generator]]
+RngGroups = list[tuple[torch.Tensor | None, torch.Generator]]
 
 
 def filter_scores(x: torch.Tensor, *, temperature: float, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
@@ -44,12 +44,12 @@ def filter_scores(x: torch.Tensor, *, temperature: float, top_k: int, top_p: flo
     return x
 
 
-def sample(lp: torch.Tensor, segments: Segments) -> torch.Tensor:
-    """One token per row from log-probs `lp` (B, V), drawing each row's uniform from its segment's generator."""
+def sample(lp: torch.Tensor, rng_groups: RngGroups) -> torch.Tensor:
+    """One token per row from log-probs `lp` (B, V), drawing each row's uniform from its group's generator."""
     # Inverse CDF: one uniform per row, where a noise draw per vocabulary entry costs ~16 ns each on CPU (150 ms
     # a step at Qwen's vocabulary). The running sum is in float64 so that rare tokens keep their mass.
     u = torch.empty(lp.shape[0], dtype=torch.float64, device=lp.device)
-    for idx, g in segments:
+    for idx, g in rng_groups:
         if idx is None:
             u.uniform_(generator=g)
         else:
@@ -60,7 +60,7 @@ def sample(lp: torch.Tensor, segments: Segments) -> torch.Tensor:
     return pick.clamp_(max=lp.shape[-1] - 1)
 
 
-def row_generators(seeds: Sequence[tuple[Hashable, int, int] | None], device: Any = "cpu") -> Segments:
+def row_generators(seeds: Sequence[tuple[Hashable, int, int] | None], device: Any = "cpu") -> RngGroups:
     """Generators for a batch's rows; `seeds[i]` is (request key, seed, choice index) or None (unseeded).
 
     One generator per seeded request (vLLM semantics: a seed makes that request reproducible on its own), one
@@ -69,18 +69,18 @@ def row_generators(seeds: Sequence[tuple[Hashable, int, int] | None], device: An
     unseeded: list[int] = []
     for i, s in enumerate(seeds):
         (by_req.setdefault(s[0], []) if s is not None else unseeded).append(i)
-    segments: Segments = []
+    rng_groups: RngGroups = []
     for idx in by_req.values():
         _, seed, first_choice = seeds[idx[0]]
         g = torch.Generator(device=device)
         # A request split over two batches must not repeat its samples in the second one.
         g.manual_seed((seed * 1_000_003 + first_choice) % (2**63) if first_choice else seed % (2**63))
-        segments.append((torch.tensor(idx, device=device), g))
+        rng_groups.append((torch.tensor(idx, device=device), g))
     if unseeded:
         g = torch.Generator(device=device)
         g.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
-        segments.append((None if len(unseeded) == len(seeds) else torch.tensor(unseeded, device=device), g))
-    return segments
+        rng_groups.append((None if len(unseeded) == len(seeds) else torch.tensor(unseeded, device=device), g))
+    return rng_groups
 
 
 class Sampler(LogitsProcessor):
@@ -102,7 +102,7 @@ class Sampler(LogitsProcessor):
         repetition_penalty: float = 1.0,
         eos_ids: Collection[int] = (),
         min_tokens: Sequence[int] | None = None,
-        segments: Segments | None = None,
+        rng_groups: RngGroups | None = None,
         top_logprobs: int = 0,
     ):
         B, self.prompt_len = prompt_mask.shape
@@ -115,9 +115,9 @@ class Sampler(LogitsProcessor):
         min_tokens = list(min_tokens) if min_tokens is not None else [0] * B
         self.min_tokens = torch.tensor(min_tokens, device=device)
         self.max_min_tokens = max(min_tokens, default=0)
-        if segments is None:
-            segments = [] if self.greedy else row_generators([None] * B, device)
-        self.segments = segments
+        if rng_groups is None:
+            rng_groups = [] if self.greedy else row_generators([None] * B, device)
+        self.rng_groups = rng_groups
         self.want_top = top_logprobs
         self.chosen_lp: list[torch.Tensor] = []
         self.top_vals: list[torch.Tensor] = []
@@ -148,7 +148,7 @@ class Sampler(LogitsProcessor):
         else:
             x = filter_scores(x, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
             lp = torch.log_softmax(x, dim=-1)
-            choice = sample(lp, self.segments)
+            choice = sample(lp, self.rng_groups)
         self.chosen_lp.append(lp.gather(1, choice[:, None]).squeeze(1))
         if self.want_top:
             vals, ids = torch.topk(lp, min(self.want_top, lp.shape[-1]), dim=-1)

@@ -170,7 +170,7 @@ class BatchWorker:
             repetition_penalty=dist.repetition_penalty,
             eos_ids=self.eos_ids,
             min_tokens=[q.min_tokens for q in reqs],
-            segments=[] if dist.greedy else row_generators(seeds, device),
+            rng_groups=[] if dist.greedy else row_generators(seeds, device),
             top_logprobs=max((q.top_logprobs for q in reqs if q.logprobs), default=0),
         )
         stopper = StopCriteria(

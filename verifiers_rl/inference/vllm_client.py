@@ -103,7 +103,8 @@ class VLLMClient:
             self._clients[loop] = clients
         return clients[idx]
 
-    def _status(self, idx: int) -> str | None:
+    def server_note(self, idx: int) -> str | None:
+        """What the server process behind `idx` says about itself (e.g. it exited), or None when unknown."""
         if self.server_status is None:
             return None
         try:
@@ -127,7 +128,7 @@ class VLLMClient:
                 try:
                     return await self._client(idx).chat.completions.create(**kwargs)
                 except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError) as e:
-                    note = self._status(idx)
+                    note = self.server_note(idx)
                     if note is not None or attempt >= self.max_retries:
                         raise ModelServerError(self._failure(idx, e, attempt + 1, note)) from None
                     await asyncio.sleep(self._backoff(attempt))
@@ -165,7 +166,7 @@ class VLLMClient:
                 with httpx.Client(timeout=timeout) as http:
                     r = http.post(root + path, json=payload) if payload is not None else http.post(root + path)
             except httpx.HTTPError as e:
-                note = self._status(idx)
+                note = self.server_note(idx)
                 if note is None and attempt < retries:
                     time.sleep(self._backoff(attempt))
                     attempt += 1
@@ -173,7 +174,7 @@ class VLLMClient:
                 raise ModelServerError(
                     f"{what}: POST {root}{path} failed ({type(e).__name__}: {_one_line(e, 160)})"
                     + (f"; {note}" if note else "")) from None
-            if r.status_code >= 500 and attempt < retries and self._status(idx) is None:
+            if r.status_code >= 500 and attempt < retries and self.server_note(idx) is None:
                 time.sleep(self._backoff(attempt))
                 attempt += 1
                 continue

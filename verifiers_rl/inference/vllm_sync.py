@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_LORA_NAME = "vf-policy"
 
 
-def _unwrap(model: Any) -> Any:
+def unwrap_model(model: Any) -> Any:
     while hasattr(model, "module") and not hasattr(model, "save_pretrained"):
         model = model.module
     return model
@@ -68,7 +68,7 @@ class _DirSync(WeightSync):
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # no "Writing model shards" bar every step
         try:
-            self._write(_unwrap(model), tmp)
+            self._write(unwrap_model(model), tmp)
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
@@ -179,7 +179,7 @@ def refresh_tied_head(client: VLLMClient, idx: int, model: Any) -> bool:
     """After new weights: when `model`'s output head is tied, have server `idx` rebuild the head's CPU kernel copy
     (our worker extension's `vf_refresh_tied_head`; a no-op on GPU). False when the server lacks the extension
     (warned; the caller stops asking)."""
-    if not getattr(getattr(_unwrap(model), "config", None), "tie_word_embeddings", False):
+    if not getattr(getattr(unwrap_model(model), "config", None), "tie_word_embeddings", False):
         return True
     try:
         client.post(idx, "/collective_rpc", {"method": "vf_refresh_tied_head"}, what="tied-head refresh", retries=0)

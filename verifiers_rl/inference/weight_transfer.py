@@ -36,7 +36,7 @@ from typing import Any
 from verifiers_rl.errors import ModelServerError
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import free_port
-from verifiers_rl.inference.vllm_sync import _unwrap, refresh_tied_head, reset_prefix_cache
+from verifiers_rl.inference.vllm_sync import unwrap_model, refresh_tied_head, reset_prefix_cache
 from verifiers_rl.inference.weight_sync import WeightSync
 from verifiers_rl.plan.transfer import NATIVE
 
@@ -59,7 +59,7 @@ class ServerControl:
 
     def status(self) -> str | None:
         """Why the server is gone (a server we launched), or None."""
-        return self.client._status(self.idx)
+        return self.client.server_note(self.idx)
 
     def gone(self) -> str | None:
         """Why the transfer's other side is not coming: the server exited, or a request it had to answer
@@ -372,15 +372,16 @@ def check_nccl_compat(server_python: str, timeout: float = 30.0) -> str | None:
 
 
 class NativeWeightTransfer(WeightSync):
-    """Full weights into every server over vLLM's native weight transfer (`backend` 'nccl' or 'gloo')."""
+    """Full weights into every server over vLLM's native weight transfer. `transport` is 'nccl', 'gloo' or 'ipc'
+    (what vLLM's `--weight-transfer-config` calls its backend; here "backend" means the inference runtime)."""
 
-    def __init__(self, client: VLLMClient, served_model_name: str, backend: str, master_address: str = "127.0.0.1",
+    def __init__(self, client: VLLMClient, served_model_name: str, transport: str, master_address: str = "127.0.0.1",
                  is_main_process: bool = True, timeout: float = 600.0):
-        if backend not in NATIVE:
-            raise ValueError(f"backend={backend!r}: one of {NATIVE}")
+        if transport not in NATIVE:
+            raise ValueError(f"transport={transport!r}: one of {NATIVE}")
         self.client = client
         self.served_model_name = served_model_name
-        self.backend = backend
+        self.transport = transport
         self.master_address = master_address
         self.is_main_process = is_main_process
         self.timeout = timeout
@@ -396,11 +397,11 @@ class NativeWeightTransfer(WeightSync):
 
     def _connect(self, model: Any) -> None:
         for control in self.controls:
-            if self.backend == "ipc":  # no process group: handles over HTTP
+            if self.transport == "ipc":  # no process group: handles over HTTP
                 self.senders.append(IPCSender(control, model, self.timeout))
                 continue
             world = 1 + control.world_size()  # the trainer (rank 0) + the server's workers
-            if self.backend == "nccl":
+            if self.transport == "nccl":
                 self.senders.append(NCCLSender(control, self.master_address, world, model, self.timeout))
             else:
                 self.senders.append(GlooSender(control, self.master_address, world, self.timeout))
@@ -409,7 +410,7 @@ class NativeWeightTransfer(WeightSync):
         if not self.is_main_process:  # rank 0 sends; the trainer has the other ranks wait for it
             self.version = version
             return
-        model = _unwrap(model)
+        model = unwrap_model(model)
         t0 = time.perf_counter()
         if not self.senders:
             self._connect(model)

@@ -57,7 +57,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte → printable-character map (the alphabet of the ByteLevel pre-tokenizer)."""
     keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     mapping = {b: chr(b) for b in keep}
@@ -74,7 +74,7 @@ def build_tokenizer(max_length: int = 4096):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {ch: b for b, ch in _bytes_to_unicode().items()}
+    vocab = {ch: b for b, ch in bytes_to_unicode().items()}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
@@ -150,7 +150,3 @@ def build_tiny_model(
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     return out
-
-
-def count_parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -42,11 +42,6 @@ class InferencePlan:
     colocated: bool = False
     server_gpus: list[int] = field(default_factory=list)  # a script's trainer: where the server it starts goes
 
-    @property
-    def inline(self) -> bool:
-        """Generation runs between optimizer steps in the trainer's thread, with the policy object itself."""
-        return self.backend == "local" and self.weight_sync == "shared"
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

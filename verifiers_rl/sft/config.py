@@ -98,13 +98,13 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
 def load_rows(data: DataSection) -> list[dict[str, Any]]:
     """Rows with `prompt` + `completion` or `messages`."""
     if data.env_id is not None:
-        from verifiers_rl.envs.loading import load_environment
+        from verifiers_rl.envs.loading import load_environment, takes_dataset_source
         from verifiers_rl.sft.warmup import sft_rows
 
         from verifiers_rl import network
 
         with network.hub_failures_as(lambda: network.dataset_hub_message(
-                data.env_id, network.takes_dataset_source(data.env_id))):
+                data.env_id, takes_dataset_source(data.env_id))):
             env = load_environment(data.env_id, **data.env_args)
         return sft_rows(env, data.completion_format, data.num_examples)
     from datasets import load_dataset

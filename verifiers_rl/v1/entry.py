@@ -1,7 +1,7 @@
 """One environment of vf-rl's `[env]` / `[[eval.env]]` or vf-eval's command line, classic or verifiers v1, as
 `envs.loading.environment_api` decides (the one decision; `api` = "auto" | "classic" | "v1").
 
-- classic: `load_environment(**args)` of the id's module (`network.load_environment_or_one_line`);
+- classic: `load_environment(**args)` of the id's module (`envs.loading.load_environment_or_one_line`);
 - v1: `args` is the v1 env config (`taskset = {<its config fields>}`, `agent = {harness = {id = ...}, runtime =
   {type = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`; a folder id (`./my_taskset`, holding
   `my_taskset.py` or `my_taskset/__init__.py`) puts that folder on sys.path. No line is printed here: the v1
@@ -25,7 +25,7 @@ def load_env_entry(env_id: str, args: dict[str, Any] | None = None, *, api: str 
     """The environment `env_id` with `args`: a classic one, or a `V1Environment` (docstring above)."""
     chosen, why = environment_api(env_id, api, path)
     if chosen == "classic":
-        from verifiers_rl.network import load_environment_or_one_line
+        from verifiers_rl.envs.loading import load_environment_or_one_line
 
         add_env_path(path)
         return load_environment_or_one_line(env_id, **(args or {}))

@@ -29,7 +29,6 @@ import contextvars
 import functools
 import logging
 import shutil
-import sys
 import uuid
 from time import perf_counter
 from typing import Any, Callable, Literal
@@ -38,9 +37,9 @@ from verifiers_rl.decorators import cleanup, stop, teardown
 from verifiers_rl.envs.experimental.rlm_errors import (RLMCodeExecutionTimeout, RLMSessionError, RLMSetupError,
                                                        RLMWorkerError, RLMWorkerRecoveryError,
                                                        SubLLMEmptyModelResponseError)
-from verifiers_rl.envs.experimental.rlm_local import (LocalSession, ReplTimeout, RLMWorkerPaths,
-                                                      copy_context_directory, write_builtin_context)
-from verifiers_rl.envs.experimental.rlm_prompts import root_prompt, scaffold_prompt, tool_docs
+from verifiers_rl.envs.experimental.rlm_local import LocalSession, ReplTimeout, RLMWorkerPaths
+from verifiers_rl.envs.experimental.rlm_prompts import scaffold_prompt
+from verifiers_rl.envs.experimental.rlm_setup import RLMSetupMixin, merge_tools
 from verifiers_rl.envs.experimental.rlm_sub import (SubLLMMixin, RLMMonitorRubric, ensure_metric_state,
                                                     record_repl_time, record_root_tool, record_step)
 from verifiers_rl.envs.stateful_tool_env import StatefulToolEnv
@@ -54,27 +53,11 @@ __all__ = ["RLMEnv", "RLMMonitorRubric", "RLMCodeExecutionTimeout", "RLMSessionE
 
 logger = logging.getLogger(__name__)
 
-_FIXED_TOOL_NAMES = frozenset({"llm_batch"})
 _REPL_TOOLS = ("call_bash_repl", "call_python_repl")
 _rollout_ids: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("rlm_rollout_ids", default=None)
 
 
-def _merge_tools(groups: list[tuple[str, list[Callable]]], context: str) -> tuple[list[Callable], dict]:
-    """One tool list, deduplicated by name; two different tools of one name (or a fixed name reused) fail."""
-    merged: dict[str, Callable] = {}
-    for group, tools in groups:
-        for tool in tools:
-            name = tool_name(tool)
-            if group != "fixed" and name in _FIXED_TOOL_NAMES:
-                raise ValueError(f"Tool '{name}' is reserved and cannot be overridden.")
-            if name in merged and merged[name] is not tool:
-                raise ValueError(f"Tool name collision in {context}: '{name}' is defined by both "
-                                 f"{merged[name]!r} and {tool!r}. Rename or remove one.")
-            merged.setdefault(name, tool)
-    return list(merged.values()), dict(merged)
-
-
-class RLMEnv(SubLLMMixin, StatefulToolEnv):
+class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
     def __init__(self, tools: list[Callable] | None = None, root_tools: list[Callable] | None = None,
                  sub_tools: list[Callable] | None = None, sub_tool_max_turns: int = 5, sub_model: str | None = None,
                  sub_prompt_verbosity: Literal["light", "medium", "heavy"] = "light",
@@ -100,9 +83,12 @@ class RLMEnv(SubLLMMixin, StatefulToolEnv):
         # verifiers 0.1.11's names for two settings (the example at 7ebf37f uses the older ones)
         max_iterations = kwargs.pop("max_turns", max_iterations)
         sub_tool_max_turns = kwargs.pop("sub_llm_max_turns", sub_tool_max_turns)
-        sandbox_settings = [k for k in list(kwargs) if k.startswith(("sandbox_", "interception_"))]
-        for key in sandbox_settings + ["local_repl_max_workers"]:  # sandbox/HTTP settings: nothing to set here
-            kwargs.pop(key, None)
+        unused = [k for k in list(kwargs) if k.startswith(("sandbox_", "interception_"))
+                  or k == "local_repl_max_workers"]
+        for key in unused:  # settings of verifiers' sandbox/HTTP REPL: the local REPL here has none of them
+            kwargs.pop(key)
+        if unused:
+            logger.warning("RLMEnv: %s not used (the REPL runs locally, over a Unix socket)", ", ".join(sorted(unused)))
         self.repl_language, self.execution_backend = repl_language, execution_backend
         self.sub_prompt_verbosity, self.root_prompt_verbosity = sub_prompt_verbosity, root_prompt_verbosity
         self.sub_model, self.sub_tool_max_turns, self.max_iterations = sub_model, sub_tool_max_turns, max_iterations
@@ -118,10 +104,10 @@ class RLMEnv(SubLLMMixin, StatefulToolEnv):
         self.retain_filesystem_after_rollout = retain_filesystem_after_rollout
         self.filesystem_copy_max_bytes = filesystem_copy_max_bytes
         self.sub_llm_api_timeout, self.sub_llm_timeout = self._compute_sub_llm_timeouts()
-        self.root_tools, self.root_tool_map = _merge_tools(
+        self.root_tools, self.root_tool_map = merge_tools(
             [("fixed", self._build_fixed_root_tools()), ("shared", self.shared_tools), ("root", self.root_only_tools)],
             "root tools")
-        self.sub_tools, self.sub_tool_map = _merge_tools([("shared", self.shared_tools), ("sub", self.sub_only_tools)],
+        self.sub_tools, self.sub_tool_map = merge_tools([("shared", self.shared_tools), ("sub", self.sub_only_tools)],
                                                          "sub-LLM tools")
         self.root_tool_names = [tool_name(t) for t in self.root_tools]
         self.sub_tool_names = [tool_name(t) for t in self.sub_tools]
@@ -205,62 +191,6 @@ class RLMEnv(SubLLMMixin, StatefulToolEnv):
         state["rlm_worker_ready"], state["context_warning_sent"], state["_exec_seq"] = True, False, 0
         ensure_metric_state(state)
         return state
-
-    def _fill_state(self, state: State, session: LocalSession) -> None:
-        state["rlm_rollout_dir"], state["rlm_fs_root"] = session.rollout_dir, session.fs_root
-        state["rlm_control_dir"], state["rlm_paths"] = session.control_dir, session.paths.to_dict()
-        state["retain_filesystem_after_rollout"] = self.retain_filesystem_after_rollout
-        base = self.custom_system_prompt or root_prompt(self.repl_language, self.root_prompt_verbosity)
-        packages = self._generate_packages_documentation()
-        root_docs, sub_docs = self._generate_root_tools_documentation(), self._generate_sub_tools_documentation()
-        state["rlm_system_prompt"] = base + packages + root_docs + sub_docs
-        state["rlm_packages_docs"], state["rlm_root_tools_docs"], state["rlm_sub_tools_docs"] = packages, root_docs, \
-            sub_docs
-        shared, _ = _merge_tools([("shared", self.shared_tools)], "shared tools")
-        state["rlm_shared_tools"] = [tool_name(t) for t in shared]
-        state["rlm_root_tools"], state["rlm_sub_tools"] = list(self.root_tool_names), list(self.sub_tool_names)
-
-    def _fill_working_folder(self, state: State, fs_root: str) -> None:
-        info = state.get("info") if isinstance(state.get("info"), dict) else {}
-        source, has_data = None, False
-        if info.get(self.context_dir_key):
-            source, has_data = str(info[self.context_dir_key]), True
-            self._copy_context_directory(source, fs_root)
-        elif info.get(self.context_key) is not None:
-            has_data = True
-            self._write_builtin_context(info[self.context_key], fs_root)
-        state["rlm_fs_source"], state["rlm_fs_has_data"] = source, has_data
-
-    def _copy_context_directory(self, src: str, dst: str) -> None:
-        copy_context_directory(src, dst, self.filesystem_copy_max_bytes)
-
-    def _write_builtin_context(self, data: Any, fs_root: str) -> None:
-        write_builtin_context(data, fs_root)
-
-    async def _python_for_repl(self) -> str:
-        """The interpreter of the Python REPL: this one, or a uv venv when extra packages are asked for."""
-        packages = self.pip_install_packages.split()
-        if not packages:
-            return sys.executable
-        if self._venv_python is None:
-            from verifiers_rl.envs.experimental.rlm_prompts import make_venv
-
-            self._venv_python = await make_venv(packages, max(self.max_startup_wait_seconds, 30 * len(packages)))
-        return self._venv_python
-
-    # --- tool documentation -----------------------------------------------------------------------------------
-    def _generate_packages_documentation(self) -> str:
-        packages = self.pip_install_packages.split()
-        if self.repl_language != "python" or not packages:
-            return ""
-        listed = "\n".join(f"- `{p}`" for p in packages)
-        return f"\n## Installed Packages\n\nThese Python packages are installed in the REPL:\n{listed}\n"
-
-    def _generate_root_tools_documentation(self) -> str:
-        return tool_docs(self.root_tool_defs, "root", self.repl_language) if self.root_tools else ""
-
-    def _generate_sub_tools_documentation(self) -> str:
-        return tool_docs(self.sub_tool_defs, "sub", self.repl_language) if self.sub_tools else ""
 
     # --- root tools called from the REPL ------------------------------------------------------------------------
     async def _handle_root_tool_request(self, state: State, name: str, args: list, kwargs: dict) -> dict[str, Any]:
