@@ -1,4 +1,4 @@
-"""Waiting on processes in tests, shared by the test modules (`from processes import alive, wait_for`)."""
+"""Waiting on processes in tests, shared by the test modules (`from processes import alive, poll_until, wait_for`)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,17 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_for(cond: Callable[[], object], timeout: float, what: str, poll: float = 0.2) -> None:
-    """Poll `cond` until it is true; an AssertionError naming `what` after `timeout` seconds."""
+def poll_until(cond: Callable[[], object], timeout: float, poll: float = 0.2) -> bool:
+    """Poll `cond` until it is true (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
-            return
+            return True
         time.sleep(poll)
-    raise AssertionError(f"timed out waiting for {what}")
+    return bool(cond())
+
+
+def wait_for(cond: Callable[[], object], timeout: float, what: str, poll: float = 0.2) -> None:
+    """Poll `cond` until it is true; an AssertionError naming `what` after `timeout` seconds."""
+    if not poll_until(cond, timeout, poll):
+        raise AssertionError(f"timed out waiting for {what}")

