@@ -206,3 +206,9 @@ def test_vf_rl_runs_the_quickstart_rl_phase_with_two_processes(tmp_path):
     metrics = [json.loads(x) for x in (tmp_path / "outputs" / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "loss/mean" in m] == [1, 2]
     assert (tmp_path / "outputs" / "two" / "checkpoint-2").is_dir()
+    # rank 0 on the console and in trainer.log; rank 1 in files of its own (torchrun's --log-dir / --redirects)
+    logs = tmp_path / "outputs" / "two" / "logs"
+    [rank1] = list((logs / "trainer" / "torchrun").glob("*/attempt_0/1"))
+    assert (rank1 / "stdout.log").is_file() and (rank1 / "stderr.log").is_file()
+    assert "[rank1]" not in text and "[rank1]" not in (logs / "trainer.log").read_text()  # torch's rank-1 warnings
+    assert (logs / "env.log").is_file() and (logs / "env.rank1.log").is_file()  # each rank's environment output
