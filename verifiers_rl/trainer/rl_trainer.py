@@ -208,8 +208,7 @@ class RLTrainer(RLCheckpoints, FSDPCheckpoints, Trainer):
         total_tokens = torch.tensor(float(tokens), device=args.device)
         padded = distributed.pad_micro_batches(micro, n_micro, self._filler_sample())
         model.train()
-        # A step without loss tokens moved nothing: its importance ratios are 1.
-        acc = TokenWeightedMetrics(when_empty={"importance_ratio/min": 1.0, "importance_ratio/max": 1.0})
+        acc = TokenWeightedMetrics(when_empty=self.mode.loss_spec.when_empty)  # what the loss reports for no tokens
         total_loss = torch.zeros((), device=args.device)
         exports: list[dict[str, Any]] = []
         want_entropy = args.enable_token_export or self._logs_step(step)
