@@ -6,7 +6,7 @@ projections. Each side runs its own trainer's loss and backward once on the same
 during loss + backward minus the RSS after loading (VmHWM reset through /proc/self/clear_refs, Linux).
 
 - ours: `policy_token_logprobs` (the output head in chunks, loss positions only) + `compute_loss`, as
-  RLTrainer._train_on runs them;
+  RLTrainer runs them (trainer/step.py, StepRunner.train_on);
 - TRL: `GRPOTrainer._compute_loss` (loss "dapo", beta 0) on the inputs its generation step would build;
 - full: the full-logits path RLTrainer used before (all logits, then log-softmax), for reference.
 

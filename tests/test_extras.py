@@ -146,7 +146,9 @@ def test_buffer_pools_survive_resume(tmp_path, tiny_model_dir):
     # resume from checkpoint-1: the restored buffer is checkpoint-1's
     (tmp_path / "out" / "checkpoint-2").rename(tmp_path / "out" / "moved-2")
     resumed = vf.RLTrainer(str(tiny_model_dir), env, make_config(tmp_path / "out", **cfg))
-    resumed._load_rl_state(True)
+    from verifiers_rl.trainer.checkpoints import load_rl_state
+
+    load_rl_state(resumed, True)
     assert resumed.orchestrator.buffer.state_dict() == state["buffer"]
     resumed.train(resume_from_checkpoint=True)
     final = json.loads((tmp_path / "out" / "checkpoint-2" / "rl_state.json").read_text())

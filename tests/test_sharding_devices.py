@@ -34,14 +34,14 @@ def _placement(trainer) -> dict:
         return d.type if d.type == "cpu" else str(d)
 
     sharded = list(trainer.model.named_parameters())
-    full = list(trainer._served_model().named_parameters())
+    full = list(trainer.served_model().named_parameters())
     return {"device": where(trainer.args.device),
             "sharded_dtensor": all(isinstance(p, DTensor) for _, p in sharded),
             "sharded_devices": sorted({where(p.device) for _, p in sharded}),
             "local_devices": sorted({where(p.to_local().device) for _, p in sharded if isinstance(p, DTensor)}),
             "full_dtensor": any(isinstance(p, DTensor) for _, p in full),
             "full_devices": sorted({where(p.device) for _, p in full}),
-            "full_is_copy": trainer._served_model() is not trainer.model,
+            "full_is_copy": trainer.served_model() is not trainer.model,
             "shard_fraction": shard_fraction(trainer.model)}
 
 

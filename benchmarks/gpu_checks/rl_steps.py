@@ -56,7 +56,7 @@ def packing_state(trainer: Any) -> str:
     settings = _packing_settings(trainer.model)
     _, config, text = _unwrapped(trainer.model)
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
-    checked = getattr(trainer, "_packing_checked", None)
+    checked = trainer.steps.packing_checked
     if settings is None:
         return f"off (attention '{impl}' or sliding windows: the model cannot take packed rows)"
     how = "dense 4D mask (activation checkpointing or eager)" if settings[2] else "segment attention (sdpa)"

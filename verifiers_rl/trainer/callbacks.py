@@ -105,13 +105,15 @@ class RLControlCallback(TrainerCallback):
         from verifiers_rl.verbosity import quiet_bars_begin
 
         self._bars = quiet_bars_begin()  # no "Writing model shards" bar per checkpoint unless VF_VERBOSE=1
+        if state.global_step > 0:  # resumed: HF loaded the checkpoint's weights after inference was first synced
+            self.trainer.sync_inference(int(state.global_step))
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.trainer._after_optimizer_step()
+        self.trainer.after_optimizer_step()
         _add_perf(self.trainer, args)
         # every rank sees the whole step's rollouts, so all of them stop together
         try:
-            self.empty_steps.check(state.global_step, getattr(self.trainer, "_last_states", None), args,
+            self.empty_steps.check(state.global_step, self.trainer.last_states, args,
                                    _warn if state.is_world_process_zero else lambda _m: None)
         except Exception:
             from verifiers_rl.verbosity import quiet_bars_end
@@ -137,14 +139,13 @@ class RLControlCallback(TrainerCallback):
             # and interpreter exit (a non-daemon thread) wait for it.
             thread = threading.Thread(target=_plot, args=(args.output_dir,), name="vf-plot")
             thread.start()
-            self.trainer._plot_thread = thread
+            self.trainer.plot_thread = thread
 
 
 def _add_perf(trainer: Any, args: Any) -> None:
     """perf/throughput, perf/peak_memory, perf/mfu (a known GPU) into the step's pending metrics (time/step is set
     by now)."""
-    pending = getattr(trainer, "_pending", None)
-    states = getattr(trainer, "_last_states", None)
+    pending, states = trainer.pending_metrics, trainer.last_states
     if pending and states and "time/step" in pending[-1]:
         from verifiers_rl.trainer.rollout_metrics import perf_metrics
 

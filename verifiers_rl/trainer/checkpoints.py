@@ -137,61 +137,51 @@ def save_merged(model: Any, tokenizer: Any, path: str) -> None:
         tokenizer.save_pretrained(path)
 
 
-class RLCheckpoints:
-    """RLTrainer's checkpoint methods: staged saves, rl_state.json, merged weights, rotation, resume."""
+def clean_staging(trainer: Any) -> None:
+    """Remove what an interrupted save left under `.staging/` (rank 0, before training starts)."""
+    staging = os.path.join(trainer.args.output_dir, STAGING_DIR)
+    if trainer.is_world_process_zero() and os.path.isdir(staging):
+        shutil.rmtree(staging, ignore_errors=True)
 
-    def _resolve_resume(self, value: Any) -> str | None:
-        return resolve_resume(self.args.output_dir, value)  # type: ignore[attr-defined]
 
-    def _load_rl_state(self, checkpoint: Any) -> None:
-        """Restore what HF's checkpoint does not cover (the difficulty buffer); the step is HF's."""
-        path = self._resolve_resume(checkpoint)
-        if path and os.path.exists(os.path.join(path, "rl_state.json")):
-            with open(os.path.join(path, "rl_state.json")) as f:
-                self.orchestrator.load_state_dict(json.load(f))  # type: ignore[attr-defined]
+def load_rl_state(trainer: Any, checkpoint: Any) -> None:
+    """Restore what HF's checkpoint does not cover (the difficulty buffer); the step is HF's."""
+    path = resolve_resume(trainer.args.output_dir, checkpoint)
+    if path and os.path.exists(os.path.join(path, "rl_state.json")):
+        with open(os.path.join(path, "rl_state.json")) as f:
+            trainer.orchestrator.load_state_dict(json.load(f))
 
-    def _clean_staging(self) -> None:
-        staging = os.path.join(self.args.output_dir, STAGING_DIR)  # type: ignore[attr-defined]
-        if self.is_world_process_zero() and os.path.isdir(staging):  # type: ignore[attr-defined]
-            shutil.rmtree(staging, ignore_errors=True)
 
-    def _get_output_dir(self, trial: Any) -> str:
-        if getattr(self, "_saving_to", None):
-            return self._saving_to  # type: ignore[return-value]
-        return super()._get_output_dir(trial)  # type: ignore[misc]
+def write_rl_state(trainer: Any, staged: str) -> None:
+    orch, step = trainer.orchestrator, trainer.state.global_step
+    with open(os.path.join(staged, "rl_state.json"), "w") as f:
+        json.dump({"step": step, "policy_version": orch.policy_version,
+                   "seed": trainer.args.seed, "data_order": "seeded shuffle per epoch; step k = k-th slice",
+                   **orch.state_dict(step)}, f, indent=2)
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """Write the checkpoint under `.staging/` and rename it into place when complete, so a crash mid-save
-        never leaves a `checkpoint-N` that resume would pick."""
-        from verifiers_rl.trainer import distributed
 
-        args, t0 = self.args, time.perf_counter()  # type: ignore[attr-defined]
-        name = f"checkpoint-{self.state.global_step}"  # type: ignore[attr-defined]
-        staging_root = os.path.join(args.output_dir, STAGING_DIR)
-        final = os.path.join(args.output_dir, name)
-        self._saving_to = staging_root
-        try:
-            super()._save_checkpoint(model, trial)  # type: ignore[misc]
-        finally:
-            self._saving_to = None
-        distributed.barrier(args.world_size)  # every rank's files (RNG states) are in before the rename
-        if not args.should_save:
-            return
-        staged = os.path.join(staging_root, name)
-        self._write_rl_state(staged)
-        if args.save_merged_weights:
-            save_merged(self._served_model(), self.processing_class, os.path.join(staged, MERGED_DIR))  # type: ignore[attr-defined]
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(staged, final)
-        shutil.rmtree(staging_root, ignore_errors=True)
-        rotate(args.output_dir, args.save_total_limit, args.save_keep_interval)
-        # logged with the next step's metrics (HF logs a step before it saves it)
-        self._pending.append({"time/save_ckpt": time.perf_counter() - t0})  # type: ignore[attr-defined]
+def save_staged(trainer: Any, save_into: Any) -> None:
+    """Write the checkpoint under `.staging/` (`save_into(root)`: HF's save of checkpoint-N into `root`, every rank)
+    and rename it into place when complete, so a crash mid-save never leaves a `checkpoint-N` that resume would pick.
+    Then rl_state.json, merged LoRA weights when asked, and rotation."""
+    from verifiers_rl.trainer import distributed
 
-    def _write_rl_state(self, staged: str) -> None:
-        orch, step = self.orchestrator, self.state.global_step  # type: ignore[attr-defined]
-        with open(os.path.join(staged, "rl_state.json"), "w") as f:
-            json.dump({"step": step, "policy_version": orch.policy_version,
-                       "seed": self.args.seed, "data_order": "seeded shuffle per epoch; step k = k-th slice",  # type: ignore[attr-defined]
-                       **orch.state_dict(step)}, f, indent=2)
+    args, t0 = trainer.args, time.perf_counter()
+    name = f"checkpoint-{trainer.state.global_step}"
+    staging_root = os.path.join(args.output_dir, STAGING_DIR)
+    final = os.path.join(args.output_dir, name)
+    save_into(staging_root)
+    distributed.barrier(args.world_size)  # every rank's files (RNG states) are in before the rename
+    if not args.should_save:
+        return
+    staged = os.path.join(staging_root, name)
+    write_rl_state(trainer, staged)
+    if args.save_merged_weights:
+        save_merged(trainer.served_model(), trainer.processing_class, os.path.join(staged, MERGED_DIR))
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.replace(staged, final)
+    shutil.rmtree(staging_root, ignore_errors=True)
+    rotate(args.output_dir, args.save_total_limit, args.save_keep_interval)
+    # logged with the next step's metrics (HF logs a step before it saves it)
+    trainer.pending_metrics.append({"time/save_ckpt": time.perf_counter() - t0})

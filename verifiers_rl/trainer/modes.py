@@ -123,8 +123,8 @@ def reference_logprobs(trainer: Any, model: Any, mb: Any) -> Any:
 
     with torch.no_grad():
         args = (mb.input_ids, mb.attention_mask, logprob_temperature(trainer.args.temperature))
-        if trainer._ref_model is not None:
-            return policy_token_logprobs(trainer._ref_model, *args, mask=mb.loss_mask)[0]
+        if trainer.ref_model is not None:
+            return policy_token_logprobs(trainer.ref_model, *args, mask=mb.loss_mask)[0]
         with trainer.accelerator.unwrap_model(model).disable_adapter():
             return policy_token_logprobs(model, *args, mask=mb.loss_mask)[0]
 

@@ -3,9 +3,9 @@
 
 Why here and not in transformers: on the CPU, transformers' Trainer accepts those settings and then wraps the
 model in DistributedDataParallel (accelerate keeps no FSDP plugin there), so parameters were never sharded. When
-accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` to each decoder layer and the root and
-keeps accelerate from wrapping the sharded model in DDP. On GPUs accelerate applies FSDP2 itself (not verified here:
-no GPU); everything below reads DTensor parameters either way.
+accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` to each decoder layer and the root, and
+the trainer keeps accelerate from wrapping the sharded model in DDP (hf_hooks.py). On GPUs accelerate applies FSDP2
+itself (not verified here: no GPU); everything below reads DTensor parameters either way.
 
 Generation and weight sync never touch the sharded model: a sharded forward all-gathers on every call, and ranks
 generate different numbers of tokens. `ShardedPolicy.full` is an unsharded copy (every rank) that serves
@@ -66,22 +66,6 @@ def apply_fully_shard(model: Any, device_type: str, world: int) -> int:
     # log-prob head relies on.
     fully_shard(model, mesh=mesh)
     return len(layers)
-
-
-def _bypass_ddp(accelerator: Any) -> None:
-    """accelerate wraps every model in DDP on a multi-CPU run; a model FSDP2 already shards must stay as it is."""
-    from torch.distributed.fsdp import FSDPModule
-
-    original = accelerator.prepare_model
-
-    def prepare_model(model: Any, device_placement: Any = None, evaluation_mode: bool = False) -> Any:
-        if isinstance(model, FSDPModule):
-            if model not in accelerator._models:
-                accelerator._models.append(model)
-            return model
-        return original(model, device_placement=device_placement, evaluation_mode=evaluation_mode)
-
-    accelerator.prepare_model = prepare_model
 
 
 class ShardedPolicy:
@@ -162,9 +146,8 @@ def shard_policy(trainer: Any) -> ShardedPolicy | None:
     # The copy is taken before sharding: a plain module whose forward makes no collectives.
     policy = ShardedPolicy(model, trainable_only=bool(args.use_lora), applied=not accelerate_shards, layers=0,
                            device=device)
-    if not accelerate_shards:
+    if not accelerate_shards:  # the caller keeps accelerate from wrapping it in DDP (hf_hooks.keep_fsdp_out_of_ddp)
         policy.layers = apply_fully_shard(model, device.type, world)
-        _bypass_ddp(trainer.accelerator)
     return policy
 
 
@@ -189,7 +172,8 @@ def shard_fraction(model: Any) -> float:
     return local / max(total, 1)
 
 
-# --- checkpoints under FSDP2 applied here: each rank writes and reads its own optimizer shard --------------------
+# --- checkpoints under FSDP2 applied here: each rank writes and reads its own optimizer shard (the Trainer hooks that
+# call these are in hf_hooks.py) ------------------------------------------------------------------------------------
 OPTIMIZER_SHARD = "optimizer.rank{rank}.pt"
 
 
@@ -237,45 +221,3 @@ def load_full_into_shards(full: Any, sharded: Any) -> None:
                 p.to_local().copy_(local.to_local())
             else:
                 p.copy_(src[name])
-
-
-def _torch() -> Any:
-    import torch
-
-    return torch
-
-
-class FSDPCheckpoints:
-    """RLTrainer's checkpoints under FSDP2 applied here (`self.sharded`, a ShardedPolicy or None): the unsharded
-    copy is what is saved and loaded (a loadable HF model dir / adapter), the optimizer one shard per rank. A mixin
-    before `transformers.Trainer`: without sharding every method is Trainer's own."""
-
-    sharded: ShardedPolicy | None = None
-
-    def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
-        if self.sharded is None:
-            return super()._save(output_dir, state_dict)
-        sharded, self.model = self.model, self.sharded.full  # gathered after every optimizer step
-        try:
-            super()._save(output_dir, state_dict)
-        finally:
-            self.model = sharded
-
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        if self.sharded is None or not self.sharded.applied:
-            return super()._save_optimizer_and_scheduler(output_dir)
-        save_optimizer_shard(self.optimizer, output_dir, self.args.process_index)
-        if self.args.should_save:
-            _torch().save(self.lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        if self.sharded is None or not self.sharded.applied or checkpoint is None:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        load_optimizer_shard(self.optimizer, checkpoint, self.args.process_index)
-        self.lr_scheduler.load_state_dict(_torch().load(os.path.join(checkpoint, "scheduler.pt")))
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        if self.sharded is None or not self.sharded.applied or model is not None:
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        super()._load_from_checkpoint(resume_from_checkpoint, self.sharded.full)
-        load_full_into_shards(self.sharded.full, self.model)

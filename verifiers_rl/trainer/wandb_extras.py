@@ -28,7 +28,7 @@ class WandbSamplesCallback(TrainerCallback):
             return
         import wandb
 
-        states = getattr(self.trainer, "_last_states", None)
+        states = self.trainer.last_states
         if wandb.run is None or not states:
             return
         import torch

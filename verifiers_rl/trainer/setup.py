@@ -1,0 +1,111 @@
+"""RLTrainer's construction, in the order it needs: seed and load the policy (before transformers.Trainer exists),
+then, on the built Trainer, its callbacks, the reference model, the training mode and sharding, and the inference
+(one `Inference` object) with the orchestrator that generates through it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifiers_rl.trainer import distributed, judges
+
+
+def seed_and_load(model: Any, args: Any, processing_class: Any, peft_config: Any) -> tuple[Any, Any]:
+    """The policy and its tokenizer, built after seeding: the LoRA init (get_peft_model) draws from the global RNG,
+    and transformers.Trainer seeds only in its own __init__, after the model exists."""
+    from transformers.trainer_utils import enable_full_determinism, set_seed
+
+    from verifiers_rl.trainer.model_loading import load_policy
+
+    enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
+    return load_policy(model, args, processing_class, peft_config)
+
+
+def eval_env_map(env: Any, eval_envs: Any) -> dict[str, Any]:
+    """`eval_envs` as {name: env}: None → the training env; a list → named by env_id."""
+    if eval_envs is None:
+        return {getattr(env, "env_id", "env"): env}
+    if not isinstance(eval_envs, dict):
+        return {getattr(e, "env_id", f"env{i}"): e for i, e in enumerate(eval_envs)}
+    return eval_envs
+
+
+def wire_callbacks(trainer: Any) -> None:
+    """Our console line, metrics.jsonl and the RL control flow in place of HF's printer and progress bar."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from verifiers_rl.trainer.callbacks import ConsoleCallback, MetricsFileCallback, RLControlCallback
+
+    for cb in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(cb)
+    trainer.add_callback(MetricsFileCallback())
+    trainer.add_callback(ConsoleCallback())
+    trainer.add_callback(RLControlCallback(trainer))
+    if "wandb" in (trainer.args.report_to or []):  # sample tables + distributions (trainer/wandb_extras.py)
+        from verifiers_rl.trainer.wandb_extras import WandbSamplesCallback
+
+        trainer.add_callback(WandbSamplesCallback(trainer))
+
+
+def reference_model(trainer: Any) -> Any:
+    """A frozen copy of the initial policy for the KL to the reference (beta > 0); None with LoRA (the base under
+    the adapter is the reference) or without beta."""
+    args = trainer.args
+    if args.beta > 0 and not args.use_lora:
+        import copy
+
+        return copy.deepcopy(trainer.model).eval().requires_grad_(False)
+    return None
+
+
+def setup_training(trainer: Any) -> None:
+    """The training mode (rl | opd | sft: the rollouts' source and the loss; opd/sft: the teacher) and, when
+    args.fsdp asks, FSDP2 sharding; one line with several processes."""
+    from verifiers_rl.trainer.hf_hooks import keep_fsdp_out_of_ddp
+    from verifiers_rl.trainer.modes import build_mode
+    from verifiers_rl.trainer.sharding import describe, shard_policy
+
+    args = trainer.args
+    distributed.check_supported(args)
+    trainer.mode = build_mode(trainer)
+    trainer.sharded = shard_policy(trainer)  # None without FSDP
+    if trainer.sharded is not None and trainer.sharded.applied:
+        keep_fsdp_out_of_ddp(trainer.accelerator)
+    if args.world_size > 1 and trainer.is_world_process_zero():
+        print(describe(trainer.sharded, args.world_size), flush=True)
+
+
+def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
+    """`trainer.plan`, `.inference` (one `Inference` object, built from the plan: vf-rl's, or made here from the
+    RLConfig; the local engine or vLLM servers, `server_config` for the one the trainer starts), `.policy_client`
+    and `.orchestrator`."""
+    import torch
+
+    from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
+    from verifiers_rl.inference.factory import build_inference
+    from verifiers_rl.plan.inference import inference_plan_for_model
+    from verifiers_rl.trainer.orchestrator import Orchestrator
+
+    args = trainer.args
+    trainer.plan = plan = plan or inference_plan_for_model(args, trainer.model, server_config)
+    judges.check(trainer, plan)  # a line per judge; one that would reach the policy: refused before it starts
+    # with several ranks: one server (started by rank 0), brought to the policy before any rank generates
+    trainer.inference = distributed.build_inference_on_every_rank(plan, lambda p: build_inference(
+        p, model=trainer.served_model(), tokenizer=trainer.processing_class, args=args, server_config=server_config,
+        is_main=trainer.is_world_process_zero()), args.world_size)
+    inline = trainer.inference.inline
+    seed = args.seed
+
+    def before_generate(step: int) -> None:
+        # Sampling from the shared policy is seeded per step, so a resumed run replays it exactly.
+        torch.manual_seed(seed * 100_003 + step)
+
+    trainer.policy_client = OpenAIChatCompletionsClient(trainer.inference.client, allow_empty=args.keep_empty_replies)
+    client, model_name = trainer.mode.generation(trainer.policy_client, trainer.inference.model_name)  # sft: teacher's
+    trainer.orchestrator = Orchestrator(
+        trainer.env, client, model_name, args.sampling_args(),
+        batch_size=args.batch_size, rollouts_per_example=args.rollouts_per_example,
+        max_concurrent=args.max_concurrent, seed=args.seed, shuffle=args.shuffle_dataset,
+        max_async_level=args.max_async_level, inline=inline, generation_timeout=args.generation_timeout,
+        before_generate=before_generate if inline else None,
+        buffer=args.buffer_config(), rank=args.process_index, world=args.world_size,
+        max_seq_len=args.max_seq_len)  # multi-turn rollouts stop when the context is full (an env's own limit wins)

@@ -1,0 +1,189 @@
+"""One optimizer step of RLTrainer: the step's batch from the orchestrator, group advantages, this rank's samples
+split into micro-batches (zero-weight filler where another rank has more), the token-level loss normalized over the
+whole step, backward, and the step's metrics; after the optimizer step, the weight sync.
+
+`StepRunner` holds what lasts between steps (whether prompt packing matches the padded forward on this model, when
+the step started); `RLTrainer.training_step` is one call to `StepRunner.run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import torch
+
+from verifiers_rl.rewards import reward_of, training_reward
+from verifiers_rl.trainer import distributed
+from verifiers_rl.trainer.advantages import compute_advantages
+from verifiers_rl.trainer.batching import collate, drop_reason, split_micro_batches
+from verifiers_rl.trainer.logprobs import policy_token_logprobs
+from verifiers_rl.trainer.loss import masked_mean
+from verifiers_rl.trainer.metrics import TokenWeightedMetrics
+from verifiers_rl.trainer.token_export import sequence_records, write_records
+
+
+def filler_sample(pad_token_id: int | None) -> Any:
+    """A two-token sample with no loss tokens: the micro-batch a rank runs so that every rank runs as many."""
+    from verifiers_rl.trainer.batching import Sample
+
+    pad = int(pad_token_id or 0)
+    return Sample([pad, pad], [0, 0], [0.0, 0.0], 0.0, 0.0, -1, [0, 0])
+
+
+def logs_step(args: Any, state: Any, step: int) -> bool:
+    """Whether HF's step-based logging will log this step (metrics only needed then, e.g. the entropy)."""
+    if args.logging_strategy != "steps":
+        return True
+    every = max(1, int(state.logging_steps or 1))
+    return (step + 1) % every == 0 or (step == 0 and args.logging_first_step) or step + 1 >= state.max_steps
+
+
+class StepRunner:
+    """The step of one RLTrainer (`trainer`: its args, state, orchestrator, mode, accelerator, pending metrics)."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.packing_checked: bool | None = None  # prompt packing verified on this model (None: not yet)
+        self.started = 0.0  # perf_counter at the start of the current step (time/step)
+
+    def run(self, model: torch.nn.Module) -> torch.Tensor:
+        """One training step; its metrics join `trainer.pending_metrics`, its rollouts are `trainer.last_states`."""
+        tr = self.trainer
+        args, step = tr.args, tr.state.global_step
+        t_step = time.perf_counter()
+        batch, wait_s = tr.orchestrator.get_batch(step, tr.state.max_steps)
+        # This rank generated its own groups; every rank sees the whole step for advantages and metrics.
+        states, offset = distributed.gather_states(batch.states, args.world_size)
+        if len(states) != args.batch_size:
+            raise RuntimeError(f"step {step}: got {len(states)} rollouts, expected batch_size={args.batch_size}")
+
+        rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # as the buffer
+        advantages = compute_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
+        mine = slice(offset, offset + len(batch.states))
+        samples = tr.mode.samples(batch.states, advantages[mine].tolist())  # opd by URL: the teacher scores here
+        t_train = time.perf_counter()
+        total_loss, loss_metrics = self.train_on(model, samples, step)
+        loss_metrics = tr.mode.finish(loss_metrics)
+        from verifiers_rl.trainer.rollout_metrics import rollout_metrics
+
+        metrics = {
+            **rollout_metrics(states, advantages, tr.env),
+            **loss_metrics,
+            "time/generate": batch.generate_s,
+            "time/wait_for_batch": wait_s,
+            "time/train": time.perf_counter() - t_train,
+            "policy/staleness": float(step - batch.policy_version),
+            "prompt_too_long": float(sum(drop_reason(s, args.max_prompt_len) == "prompt_too_long" for s in states)),
+            **batch.metrics,
+        }
+        self.started = t_step
+        tr.pending_metrics.append(metrics)
+        tr.last_states = states
+        return total_loss
+
+    def train_on(self, model: torch.nn.Module, samples: list[Any], step: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """Backpropagate this rank's share of the step's samples, micro-batch by micro-batch; returns the summed
+        loss (detached) and the loss metrics, token-weighted over the micro-batches."""
+        tr = self.trainer
+        args = tr.args
+        world, rank = args.world_size, args.process_index
+        # `samples` are this rank's own groups; the loss is normalized by the loss tokens of the whole step, and
+        # every rank runs as many micro-batches as the busiest one (zero-weight padding: FSDP/DDP collectives).
+        micro = split_micro_batches(samples, args.micro_batch_size)
+        tokens, n_micro = distributed.step_totals(sum(sum(s.loss_mask) for s in samples), len(micro), world)
+        total_tokens = torch.tensor(float(tokens), device=args.device)
+        padded = distributed.pad_micro_batches(micro, n_micro, filler_sample(tr.processing_class.pad_token_id))
+        model.train()
+        acc = TokenWeightedMetrics(when_empty=tr.mode.loss_spec.when_empty)  # what the loss reports for no tokens
+        total_loss = torch.zeros((), device=args.device)
+        exports: list[dict[str, Any]] = []
+        want_entropy = args.enable_token_export or logs_step(args, tr.state, step)
+        for i, (mb_samples, padding) in enumerate(padded):
+            mb = collate(mb_samples, tr.processing_class.pad_token_id, args.device)
+            # Gradients sync across ranks once per step, on the last micro-batch.
+            ctx = tr.accelerator.no_sync(model) if i < len(padded) - 1 else contextlib.nullcontext()
+            with ctx, tr.compute_loss_context_manager():
+                # Log-probs only where they are used (all positions for the token export), entropy only when
+                # this step is logged; the output head runs in chunks (no [B, T, V] logits).
+                # (a micro-batch without loss tokens runs the head everywhere: every parameter takes part)
+                where = mb.attention_mask.bool() if args.enable_token_export or not any(
+                    any(x.loss_mask) for x in mb_samples) else mb.loss_mask
+                lp, ent = policy_token_logprobs(model, mb.input_ids, mb.attention_mask, tr.mode.temperature,
+                                                mask=where, with_entropy=want_entropy, **self.packing(model, mb))
+                # Environment tokens trained with mask_env_responses=False have no sampling logprob: ratio 1.
+                sampling = torch.where(mb.env_mask & mb.loss_mask, lp.detach(), mb.sampling_logprobs)
+                out = tr.mode.loss(model, mb, lp, sampling, total_tokens)  # rl: compute_loss; opd/sft: distill_loss
+                tr.accelerator.backward(out.loss * world)  # DDP averages gradients over ranks
+            if padding:
+                continue
+            if args.enable_token_export:
+                exports += sequence_records(mb, lp, sampling, ent, args.mask_ratio_low, args.mask_ratio_high, step)
+            total_loss += out.loss.detach()
+            acc.add({**out.metrics, **({"entropy/mean": masked_mean(ent, mb.loss_mask)} if ent is not None else {})})
+        if exports:
+            write_records(args.output_dir, step, rank, exports)
+        # HF logs the mean of the ranks' losses: each rank's share times world sums to the step's loss
+        return total_loss * world, distributed.merge_metrics(distributed.all_gather(acc.result(), world))
+
+    def packing(self, model: torch.nn.Module, mb: Any) -> dict[str, Any]:
+        """Arguments that let rollouts sharing a prompt run as one packed row. The first time, the packed and the
+        padded forward are compared on this micro-batch (no grad): a model that reads positions or masks its own
+        way keeps the padded path, with one line saying so."""
+        tr = self.trainer
+        kwargs = {"prompt_lens": [s.prompt_len for s in mb.samples], "pad_id": tr.processing_class.pad_token_id}
+        if self.packing_checked is None:
+            from verifiers_rl.trainer.logprobs import packing_matches
+
+            dtype = torch.bfloat16 if tr.args.bf16 else torch.float16 if tr.args.fp16 else None
+            ok = packing_matches(model, mb.input_ids, mb.attention_mask, tr.mode.temperature, dtype=dtype, **kwargs)
+            if ok is not None:
+                self.packing_checked = ok
+                if not ok:
+                    print("prompt packing off: this model's packed log-probs differ from its padded ones",
+                          flush=True)
+        return kwargs if self.packing_checked else {}
+
+    def after_optimizer_step(self) -> None:
+        """Serve the new weights, and complete the step's metrics: time/weight_sync, the inference's, time/step."""
+        tr = self.trainer
+        t0 = time.perf_counter()
+        tr.sync_inference(tr.state.global_step)
+        if tr.pending_metrics:
+            tr.pending_metrics[-1]["time/weight_sync"] = time.perf_counter() - t0
+            tr.pending_metrics[-1].update(tr.inference.metrics())
+            tr.pending_metrics[-1]["time/step"] = time.perf_counter() - self.started
+
+
+def merge_pending(logs: dict[str, float], pending: list[dict[str, float]]) -> dict[str, float]:
+    """HF's log record with our names (loss/mean, optim/*) and the mean of each metric over the steps since the last
+    logged one."""
+    renamed = {"loss": "loss/mean", "grad_norm": "optim/grad_norm", "learning_rate": "optim/lr"}
+    logs = {renamed.get(k, k): v for k, v in logs.items()}
+    for k in {k for m in pending for k in m}:
+        vals = [m[k] for m in pending if k in m]
+        logs[k] = sum(vals) / len(vals)
+    return logs
+
+
+def print_samples(trainer: Any) -> None:
+    """Three of the last step's rollouts as a table, every logging_steps x sample_log_interval steps (0: never)."""
+    args, step = trainer.args, trainer.state.global_step
+    if args.sample_log_interval <= 0:
+        return
+    interval = max(1, args.logging_steps * args.sample_log_interval)
+    states = trainer.last_states
+    if not states or step % interval != 0 or not trainer.is_world_process_zero():
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"samples at step {step}", show_lines=True)
+    for col in ("prompt", "completion", "reward"):
+        table.add_column(col, overflow="fold")
+    for s in states[:: max(1, len(states) // 3)][:3]:
+        prompt = s["prompt"][-1].get("content", "") if s.get("prompt") else ""
+        completion = "\n".join(str(m.get("content") or m.get("tool_calls") or "") for m in s["completion"])
+        table.add_row(str(prompt)[:200], completion[:300], f"{reward_of(s):.3f}")
+    Console().print(table)
