@@ -51,6 +51,10 @@ def test_temperature_0_samples_greedily_and_the_trainer_scores_at_temperature_1(
     """A real opd step at temperature 0, the policy its own teacher: the local engine picks the argmax (a prompt's
     rollouts are identical), its log-probs are the raw distribution's, which the trainer reproduces (no mismatch, no
     KL), where dividing the logits by 0 would give NaN."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny model gains nothing from more; on busy cores they spin-wait
     parser = vf.Parser()
     env = vf.SingleTurnEnv(dataset=[{"question": w, "answer": w[::-1]} for w in ("apple", "river")],
                            parser=parser, rubric=vf.Rubric(funcs=[lambda completion: 1.0], parser=parser))
@@ -64,6 +68,7 @@ def test_temperature_0_samples_greedily_and_the_trainer_scores_at_temperature_1(
         states = trainer.eval_states(env, 2, 2)  # eval at the training temperature: 0
     finally:
         trainer.close()
+        torch.set_num_threads(threads)
     completions = [s["tokens"]["input_ids"] for s in states]
     assert len(completions) == 4 and completions[0] == completions[1] and completions[2] == completions[3]
     [log] = [h for h in trainer.state.log_history if "teacher_kl/mean" in h]
