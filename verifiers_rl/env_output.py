@@ -46,6 +46,13 @@ class _Router:
         return getattr(self._stream, name)
 
 
+def console_stderr() -> TextIO:
+    """sys.stderr as the trainer's own lines need it: the stream the router replaced (a project line printed during
+    a rollout, e.g. v1's runtime line, stays on the console and in trainer.log), else sys.stderr itself."""
+    stream = sys.stderr
+    return stream._stream if isinstance(stream, _Router) else stream
+
+
 def env_log_name(rank: int) -> str:
     return "env.log" if rank == 0 else f"env.rank{rank}.log"
 

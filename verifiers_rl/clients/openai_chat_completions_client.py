@@ -45,7 +45,7 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _native_message(m: Any) -> dict[str, Any]:
+def native_message(m: Any) -> dict[str, Any]:
     role = _get(m, "role")
     if role == "text":
         return {"role": "user", "content": _get(m, "content")}
@@ -94,7 +94,7 @@ class OpenAIChatCompletionsClient(Client):
         return {"type": "function", "function": fn}
 
     async def to_native_prompt(self, messages: Messages) -> tuple[list[dict[str, Any]], dict]:
-        return [_native_message(m) for m in messages], {}
+        return [native_message(m) for m in messages], {}
 
     def _request_args(self, sampling_args: SamplingArgs) -> dict[str, Any]:
         args = {k: v for k, v in dict(sampling_args or {}).items() if v is not None}

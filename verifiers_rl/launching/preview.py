@@ -18,9 +18,9 @@ PARENT_DEVICES = "VF_PARENT_CUDA_VISIBLE_DEVICES"  # the caller's CUDA_VISIBLE_D
 def rl_args_view(cfg: Any, plan: RunPlan, output_dir: str = "") -> Any:
     """The trainer's RLConfig values the server's launch reads (defaults + [trainer.args], the plan's precision),
     without building an RLConfig (which would look at this machine's devices)."""
-    from verifiers_rl.trainer.config import RLConfig, _default_of
+    from verifiers_rl.trainer.config import RLConfig, field_default
 
-    values = {name: _default_of(f) for name, f in RLConfig.__dataclass_fields__.items()}
+    values = {name: field_default(f) for name, f in RLConfig.__dataclass_fields__.items()}
     values.update({k.replace("-", "_"): v for k, v in cfg.trainer.args.items()})
     if plan.precision:
         values["bf16"], values["fp16"] = plan.precision["train"] == "bf16", plan.precision["train"] == "fp16"

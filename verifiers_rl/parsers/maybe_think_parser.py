@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from verifiers_rl.parsers.parser import Parser, _identity
+from verifiers_rl.parsers.parser import Parser, identity
 
 
 class MaybeThinkParser(Parser):
-    def __init__(self, extract_fn: Callable[[str], str] = _identity):
+    def __init__(self, extract_fn: Callable[[str], str] = identity):
         super().__init__(extract_fn=extract_fn)
 
     def parse(self, text: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from verifiers_rl.types import Messages
 
 
-def _identity(text: str) -> str:
+def identity(text: str) -> str:
     return text
 
 
@@ -16,7 +16,7 @@ class Parser:
     """Base parser. `parse` applies `extract_fn` (identity by default); `parse_answer` parses the
     last assistant message's text, or the completion itself when it is a plain string."""
 
-    def __init__(self, extract_fn: Callable[[str], str] = _identity):
+    def __init__(self, extract_fn: Callable[[str], str] = identity):
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
         self.extract_fn = extract_fn
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from verifiers_rl.parsers.parser import Parser, _identity
+from verifiers_rl.parsers.parser import Parser, identity
 from verifiers_rl.types import Messages
 
 _WARNING = (
@@ -21,7 +21,7 @@ def _well_formed(text: str) -> bool:
 
 
 class ThinkParser(Parser):
-    def __init__(self, extract_fn: Callable[[str], str] = _identity):
+    def __init__(self, extract_fn: Callable[[str], str] = identity):
         super().__init__(extract_fn=extract_fn)
         self.logger.warning(_WARNING)
 

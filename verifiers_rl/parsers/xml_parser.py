@@ -6,7 +6,7 @@ import re
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from verifiers_rl.parsers.parser import Parser, _identity
+from verifiers_rl.parsers.parser import Parser, identity
 from verifiers_rl.types import Messages
 
 _THINK_WARNING = (
@@ -33,7 +33,7 @@ class XMLParser(Parser):
     `format`; `parse` reports every alternative, e.g. XMLParser(["think", ("code", "answer")])."""
 
     def __init__(self, fields: list[str | tuple[str, ...]], answer_field: str = "answer",
-                 extract_fn: Callable[[str], str] = _identity):
+                 extract_fn: Callable[[str], str] = identity):
         super().__init__(extract_fn=extract_fn)
         self.answer_field = answer_field
         self._fields: list[tuple[str, list[str]]] = []

@@ -230,7 +230,7 @@ class Rubric:
             reward += score * weight
         state["reward"] = reward
         state["metrics"] = metrics
-        _add_scoring_time(state, (time.time() - start) * 1000)
+        add_scoring_time(state, (time.time() - start) * 1000)
 
     def _get_group_reward_names(self) -> list[str]:
         return [func_name(f) for f in self._get_group_reward_funcs()]
@@ -260,7 +260,7 @@ class Rubric:
             state["advantage"] = rewards[i] - mean
             _fill_trajectory(state, state["reward"], state["advantage"])
             state["metrics"] = {name: scores[i] for name, scores in columns.items()}
-            _add_scoring_time(state, elapsed_ms)
+            add_scoring_time(state, elapsed_ms)
 
     async def dummy_score_rollout(self, state: Any) -> None:
         """Score without calling anything: reward 0, no metrics (for runs that do not score)."""
@@ -285,7 +285,7 @@ def _fill_trajectory(state: Any, reward: float, advantage: float) -> None:
                 step["reward"] = reward
 
 
-def _add_scoring_time(state: Any, ms: float) -> None:
+def add_scoring_time(state: Any, ms: float) -> None:
     """`timing.scoring_ms`, added to `timing.total_ms`, when the state carries a timing record."""
     timing = state.get("timing")
     if isinstance(timing, dict):

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from verifiers_rl.rewards import reward_of
-from verifiers_rl.rubrics.rubric import Rubric, _add_scoring_time
+from verifiers_rl.rubrics.rubric import Rubric, add_scoring_time
 
 _EMPTY = "RubricGroup must have at least one rubric"
 
@@ -124,7 +124,7 @@ class RubricGroup(Rubric):
             if not single:  # ours: the group's advantage, not the last member's
                 s["advantage"] = totals[i] - mean
                 _fill_steps(s, before[i]["unset_steps"], totals[i], s["advantage"])
-            _add_scoring_time(s, elapsed_ms)
+            add_scoring_time(s, elapsed_ms)
 
 
 def _snapshot(state: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def _setting(source: type, name: str) -> Any:
     return field(default=f.default, metadata=dict(f.metadata))
 
 
-def _default_of(f: Any) -> Any:
+def field_default(f: Any) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
@@ -362,7 +362,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         """LoRA options, the choice fields and the difficulty buffer."""
         if not self.use_lora:
             for name in _LORA_OPTIONS:
-                if getattr(self, name) != _default_of(RLConfig.__dataclass_fields__[name]):
+                if getattr(self, name) != field_default(RLConfig.__dataclass_fields__[name]):
                     _fail(f"{name} is set but use_lora=False; set use_lora=True or remove {name}")
         for name, ok, rule in (("lora_rank", isinstance(self.lora_rank, int) and self.lora_rank >= 1, ">= 1"),
                                ("lora_alpha", self.lora_alpha > 0, "> 0"),

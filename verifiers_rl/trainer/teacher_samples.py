@@ -23,11 +23,11 @@ def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict] | 
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
-    from verifiers_rl.clients.openai_chat_completions_client import _native_message
+    from verifiers_rl.clients.openai_chat_completions_client import native_message
 
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
-    return [_native_message(m) for m in value or []]
+    return [native_message(m) for m in value or []]
 
 
 def _tool_schemas(tools: Any) -> list[dict] | None:

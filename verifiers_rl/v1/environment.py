@@ -24,7 +24,7 @@ from typing import Any
 
 from verifiers_rl.envs.environment import RUN_MAX_SEQ_LEN
 from verifiers_rl.v1.episodes import episode_states, model_context
-from verifiers_rl.v1.loading import _seats, load_env, require_v1, v1_available
+from verifiers_rl.v1.loading import agent_seats, load_env, require_v1, v1_available
 from verifiers_rl.v1.serving import EnvServing, PolicyEndpoint
 
 
@@ -49,7 +49,7 @@ class V1Environment:
         if getattr(env.taskset, "INFINITE", False) and max_tasks is None:
             raise ValueError(f"v1 taskset {self.env_id!r} is endless: pass max_tasks to train on its first tasks")
         self.tasks = _take(env.taskset, max_tasks)
-        self.seats = _seats(self.config, require_v1())
+        self.seats = agent_seats(self.config, require_v1())
         # several seats (a multi-agent env): one state per seat from each rollout (envs.rollouts.generate_states)
         self.agents_per_rollout = max(1, len(self.seats))
         self.eval_tasks = list(eval_tasks) if eval_tasks is not None else self.tasks
@@ -96,7 +96,9 @@ class V1Environment:
             if self._announced:
                 return
             self._announced = True
-        print(self.describe(base_url), file=sys.stderr)
+        from verifiers_rl.env_output import console_stderr
+
+        print(self.describe(base_url), file=console_stderr())  # the trainer's line, not the env's output
 
     def context(self, client: Any, model: str, sampling_args: dict | None) -> Any:
         base_url, engine = self.endpoint.base_url(client)

@@ -55,7 +55,7 @@ def env_config_data(env: str | dict, taskset_args: dict | None = None) -> dict:
     return data
 
 
-def _seats(cfg: Any, vf: Any) -> list[str]:
+def agent_seats(cfg: Any, vf: Any) -> list[str]:
     """The config's agent seats: its fields holding an `AgentConfig` (`agent`, or a multi-agent env's roles)."""
     return [name for name in type(cfg).model_fields if isinstance(getattr(cfg, name, None), vf.AgentConfig)]
 
@@ -66,7 +66,7 @@ def resolve_config(env: str | dict, taskset_args: dict | None = None) -> Any:
     data = env_config_data(env, taskset_args)
     cfg = vf.resolve_env_config(data)
     out = cfg.model_dump(mode="json", exclude_unset=True)
-    for seat in _seats(cfg, vf):
+    for seat in agent_seats(cfg, vf):
         given = dict(data.get(seat) or {})
         seat_data = dict(out.get(seat) or {})
         if "runtime" not in given:
