@@ -160,8 +160,8 @@ def test_training_rewards_are_one_function_for_advantages_and_buffer():
     pools_and_filter = [f for f in _functions(buffer) if f.name in ("is_constant", "_update_pools")]
     assert len(pools_and_filter) == 2 and all(calls(f, "training_reward") for f in pools_and_filter)
     # every function computing advantages (the step, the W&B table) reads the same training rewards
-    users = [f for mod, tree in MODULES.items() if mod != "verifiers_rl.trainer.advantages"
-             for f in _functions(tree) if calls(f, "compute_advantages")]
+    users = [f for mod, tree in MODULES.items() if not mod.startswith("verifiers_rl.trainer.advantage")
+             for f in _functions(tree) if calls(f, "advantages_for")]
     assert users and all(calls(f, "training_reward") for f in users), [f.name for f in users]
 
 

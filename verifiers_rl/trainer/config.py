@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from transformers import TrainingArguments
 
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
-from verifiers_rl.trainer.advantages import SCALE_REWARDS_CHOICES
+from verifiers_rl.trainer.advantage_types.settings import check_advantage
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
 from verifiers_rl.trainer.loss import LossConfig
@@ -145,6 +145,9 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         default="none",
         metadata={"help": "Divide advantages by the reward std: 'none', 'group' or 'batch' (std + 1e-4)."},
     )
+    advantage: dict[str, Any] | None = field(default=None, metadata={
+        "help": "The advantage estimator: a table with 'type' (grpo, rloo; None: grpo) and its keys, e.g. "
+                "{type = 'rloo'}. docs/training.md#choosing-an-advantage-estimator"})
 
     # --- Training mode (rl | opd | sft) and the teacher: defined (default, help) in trainer/modes.py's ModeConfig --
     training_mode: str = _setting(ModeConfig, "training_mode")
@@ -316,6 +319,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         if problem:
             _fail(problem)
         check_loss(self)  # loss.type and its keys; the loss's config checks its values (trainer/losses/)
+        check_advantage(self)  # advantage.type, its keys and scale_rewards (trainer/advantage_types/)
 
     def _validate_batch_shape(self) -> None:
         """Batch shape: positive sizes, groups of >= 2, whole groups per batch."""
@@ -372,8 +376,6 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         targets = self.lora_target_modules
         if not (isinstance(targets, str) or (isinstance(targets, list) and all(isinstance(m, str) for m in targets))):
             _fail(f"lora_target_modules={self.lora_target_modules!r} must be a list of module names or 'all-linear'")
-        if self.scale_rewards not in SCALE_REWARDS_CHOICES:
-            _fail(f"scale_rewards={self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS_CHOICES)}")
         if self.inference_backend not in INFERENCE_BACKENDS:
             _fail(f"inference_backend={self.inference_backend!r} is not one of {', '.join(INFERENCE_BACKENDS)}")
         if self.oversampling_factor < 1:

@@ -16,7 +16,7 @@ import torch
 
 from verifiers_rl.rewards import reward_of, training_reward
 from verifiers_rl.trainer import distributed
-from verifiers_rl.trainer.advantages import compute_advantages
+from verifiers_rl.trainer.advantage_types.settings import advantages_for
 from verifiers_rl.trainer.batching import collate, drop_reason, split_micro_batches
 from verifiers_rl.trainer.logprobs import policy_token_logprobs
 from verifiers_rl.trainer.loss import masked_mean
@@ -60,7 +60,7 @@ class StepRunner:
             raise RuntimeError(f"step {step}: got {len(states)} rollouts, expected batch_size={args.batch_size}")
 
         rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # as the buffer
-        advantages = compute_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
+        advantages = advantages_for(rewards, args.rollouts_per_example, args)
         mine = slice(offset, offset + len(batch.states))
         samples = tr.mode.samples(batch.states, advantages[mine].tolist())  # opd by URL: the teacher scores here
         t_train = time.perf_counter()

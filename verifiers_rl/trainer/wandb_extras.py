@@ -33,10 +33,10 @@ class WandbSamplesCallback(TrainerCallback):
             return
         import torch
 
-        from verifiers_rl.trainer.advantages import compute_advantages
+        from verifiers_rl.trainer.advantage_types.settings import advantages_for
 
         rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # what trained
-        advantages = compute_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
+        advantages = advantages_for(rewards, args.rollouts_per_example, args)
         table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
         for s, a in zip(states, advantages.tolist()):
             prompt = s.get("prompt") or []

@@ -9,6 +9,7 @@ from typing import Any
 
 from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec, get_loss, loss_types
+from verifiers_rl.trainer.typed_table import build_config
 
 # RLConfig's top-level loss keys: LossConfig's fields (RLConfig takes them from it)
 SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(LossConfig)}
@@ -37,23 +38,7 @@ def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
         fits = ", ".join(loss_types(mode)) or "none"
         raise ValueError(f"loss.type={spec.name!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
                          f"training_mode={spec.mode!r} or loss.type to one of {fits}")
-    own = [f.name for f in dataclasses.fields(spec.config)]
-    for key in table:
-        if key not in own:
-            raise ValueError(f"loss.{key} is not a key of loss type {spec.name!r}; its keys: "
-                             f"{', '.join(own) or 'none'}")
-    values = {}
-    for key, default in SHARED_KEYS.items():
-        top = getattr(c, key, default)
-        if key in own:
-            if key in table and top != default and top != table[key]:
-                raise ValueError(f"{key}={top} and loss.{key}={table[key]} are both set; keep one")
-            values[key] = table.get(key, top)
-        elif top != default:
-            users = " or ".join(repr(n) for n in LOSSES if key in {f.name for f in dataclasses.fields(get_loss(n).config)})
-            raise ValueError(f"{key}={top} applies to loss.type {users}, not {spec.name!r}; remove it")
-    values.update(table)
-    return spec, spec.config(**values)
+    return spec, build_config("loss", spec.name, table, c, SHARED_KEYS, LOSSES, lambda n: get_loss(n).config)
 
 
 def check_loss(c: Any) -> None:

@@ -1,0 +1,202 @@
+"""Advantage estimators chosen by `advantage.type` (trainer/advantage_types/): the registry, RLOO on hand-computed
+values, GRPO identical to compute_advantages, each config's own checks, the RLConfig / [trainer.args.advantage]
+key, one place that computes a run's advantages, and a real two-step RLTrainer run with RLOO on the tiny model."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+import verifiers_rl as vf
+from verifiers_rl.config.loading import ConfigError, parse_args
+from verifiers_rl.config.schema import resolve_run
+from verifiers_rl.trainer.advantage_types import ADVANTAGES, get_advantage
+from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
+from verifiers_rl.trainer.advantage_types.rloo import RLOOAdvantageConfig, rloo_advantages
+from verifiers_rl.trainer.advantage_types.settings import advantages_for, resolve_advantage
+from verifiers_rl.trainer.advantages import compute_advantages
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = dict(batch_size=4, micro_batch_size=2, rollouts_per_example=2, report_to="none")
+# two groups of 4: rewards worked by hand below
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 3.0, 2.0, 2.0, 2.0, 2.0])
+
+
+def config(tmp_path, **kw) -> vf.RLConfig:
+    return vf.RLConfig(output_dir=str(tmp_path / "o"), **{**SMALL, **kw})
+
+
+# --- registry and the estimators --------------------------------------------------------------------------------------
+
+
+def test_registry_names_each_estimator_with_its_own_config():
+    assert list(ADVANTAGES) == ["grpo", "rloo"]
+    for name in ADVANTAGES:
+        spec = get_advantage(name)
+        assert spec.name == name and dataclasses.is_dataclass(spec.config) and callable(spec.fn)
+        spec.config()  # the defaults are valid
+    assert get_advantage("grpo").config is GRPOAdvantageConfig and get_advantage("rloo").min_group_size == 2
+    with pytest.raises(ValueError) as e:
+        get_advantage("gae")
+    assert str(e.value) == "advantage.type='gae' is not one of grpo, rloo; set advantage.type to one of them"
+
+
+def test_rloo_baselines_each_rollout_by_the_mean_of_the_others():
+    # group 0: rewards 1, 0, 0, 3 -> others' means (0+0+3)/3=1, (1+0+3)/3=4/3, 4/3, (1+0+0)/3=1/3
+    #   A = 1-1=0, 0-4/3, 0-4/3, 3-1/3=8/3; group 1: all 2 -> others' mean 2 -> A = 0
+    expected = torch.tensor([0.0, -4 / 3, -4 / 3, 8 / 3, 0.0, 0.0, 0.0, 0.0])
+    adv = rloo_advantages(REWARDS, 4, RLOOAdvantageConfig())
+    assert torch.allclose(adv, expected, atol=1e-6)
+    # G = 2: each rollout's baseline is its partner's reward
+    assert rloo_advantages(torch.tensor([1.0, 0.0, 0.5, 2.0]), 2, RLOOAdvantageConfig()).tolist() == \
+        [1.0, -1.0, -1.5, 1.5]
+    with pytest.raises(ValueError, match=r"advantage.type='rloo' needs group_size >= 2 \(got 1\)") as e:
+        rloo_advantages(REWARDS, 1, RLOOAdvantageConfig())
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="not a positive multiple of group_size=3"):  # whole groups, as GRPO
+        rloo_advantages(REWARDS, 3, RLOOAdvantageConfig())
+
+
+@pytest.mark.parametrize("scale", ["none", "group", "batch"])
+def test_grpo_is_compute_advantages_exactly(scale):
+    adv = get_advantage("grpo").fn(REWARDS, 4, GRPOAdvantageConfig(scale_rewards=scale))
+    assert torch.equal(adv, compute_advantages(REWARDS, 4, scale))
+
+
+def test_grpo_config_checks_its_value_in_one_line():
+    with pytest.raises(ValueError) as e:
+        GRPOAdvantageConfig(scale_rewards="std")
+    assert str(e.value) == "scale_rewards='std' is not one of none, group, batch"
+
+
+# --- the config surface -----------------------------------------------------------------------------------------------
+
+
+def test_rlconfig_default_is_grpo_and_the_top_level_scale_rewards_fills_it(tmp_path):
+    assert resolve_advantage(config(tmp_path)) == (get_advantage("grpo"), GRPOAdvantageConfig())
+    c = config(tmp_path, scale_rewards="group")
+    assert resolve_advantage(c)[1] == GRPOAdvantageConfig(scale_rewards="group") and c.advantage is None
+    c = config(tmp_path, advantage={"type": "grpo", "scale_rewards": "batch"})
+    assert c.scale_rewards == "batch"  # the table fills the top-level key others read
+    c = config(tmp_path, advantage={"type": "rloo"})
+    spec, cfg = resolve_advantage(c)
+    assert spec.name == "rloo" and cfg == RLOOAdvantageConfig()
+    c = config(tmp_path, advantage=RLOOAdvantageConfig())  # notebook: the config object, kept as its table
+    assert c.advantage == {"type": "rloo"}
+    c = config(tmp_path, advantage=GRPOAdvantageConfig(scale_rewards="group"))
+    assert c.advantage == {"type": "grpo", "scale_rewards": "group"} and c.scale_rewards == "group"
+
+
+def test_advantages_for_applies_the_chosen_estimator(tmp_path):
+    grpo = config(tmp_path, rollouts_per_example=4, batch_size=8, scale_rewards="group")
+    assert torch.equal(advantages_for(REWARDS, 4, grpo), compute_advantages(REWARDS, 4, "group"))
+    rloo = config(tmp_path, rollouts_per_example=4, batch_size=8, advantage={"type": "rloo"})
+    assert torch.equal(advantages_for(REWARDS, 4, rloo), rloo_advantages(REWARDS, 4, RLOOAdvantageConfig()))
+    assert not torch.equal(advantages_for(REWARDS, 4, rloo), advantages_for(REWARDS, 4, config(tmp_path)))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(advantage={"type": "gae"}), "advantage.type='gae' is not one of grpo, rloo; set advantage.type"),
+    (dict(advantage={"type": "grpo", "std": "group"}),
+     "advantage.std is not a key of advantage type 'grpo'; its keys: scale_rewards"),
+    (dict(advantage={"type": "rloo", "scale_rewards": "group"}),
+     "advantage.scale_rewards is not a key of advantage type 'rloo'; its keys: none"),
+    (dict(advantage={"type": "rloo"}, scale_rewards="group"),
+     "scale_rewards='group' applies to advantage.type 'grpo', not 'rloo'; remove it"),
+    (dict(advantage={"scale_rewards": "batch"}, scale_rewards="group"),
+     "scale_rewards='group' and advantage.scale_rewards='batch' are both set; keep one"),
+    (dict(advantage={"type": "grpo", "scale_rewards": "std"}), "scale_rewards='std' is not one of none, group, batch"),
+    (dict(scale_rewards="std"), "scale_rewards='std' is not one of none, group, batch"),
+    (dict(advantage="rloo"), "advantage='rloo' must be a table with a 'type' key"),
+    (dict(advantage={"type": "rloo"}, training_mode="sft", teacher_model="t", rollouts_per_example=1),
+     "advantage.type='rloo' needs rollouts_per_example >= 2, got 1"),
+])
+def test_rlconfig_refuses_a_bad_advantage_in_one_line(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match) as e:
+        config(tmp_path, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_vf_rl_toml_and_command_line_reach_the_advantage_table(tmp_path):
+    toml = tmp_path / "rl.toml"
+    toml.write_text('model = "m"\n[env]\nid = "reverse-text"\n[trainer.args]\nbatch_size = 4\nmicro_batch_size = 2\n'
+                    'rollouts_per_example = 2\n[trainer.args.advantage]\ntype = "grpo"\n')
+    _, raw, _ = parse_args(["@", str(toml), "--trainer.args.advantage.scale-rewards", "group",
+                            "--output-dir", str(tmp_path / "o")])
+    run = resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
+    assert resolve_advantage(run.args)[1] == GRPOAdvantageConfig(scale_rewards="group")
+    assert run.args.scale_rewards == "group"
+    raw["trainer"]["args"]["advantage"] = {"type": "rloo"}
+    run = resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
+    assert resolve_advantage(run.args)[0].name == "rloo"
+    raw["trainer"]["args"]["advantage"] = {"type": "gae"}
+    with pytest.raises(ConfigError) as e:
+        resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
+    assert str(e.value).startswith("trainer.args.advantage: advantage.type='gae' is not one of grpo, rloo")
+
+
+# --- one place computes a run's advantages ----------------------------------------------------------------------------
+
+
+def _called_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            f = n.func
+            names.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
+    return names
+
+
+def test_only_the_advantage_modules_call_compute_advantages():
+    package = REPO / "verifiers_rl"
+    own = {package / "trainer" / "advantages.py", *(package / "trainer" / "advantage_types").glob("*.py")}
+    callers = {p.relative_to(REPO).as_posix() for p in package.rglob("*.py")
+               if p not in own and "compute_advantages" in _called_names(ast.parse(p.read_text()))}
+    assert callers == set()
+    users = {p.relative_to(REPO).as_posix() for p in package.rglob("*.py")
+             if "advantages_for" in _called_names(ast.parse(p.read_text()))}
+    assert users == {"verifiers_rl/trainer/step.py", "verifiers_rl/trainer/wandb_extras.py"}
+    # the check sees a direct call written elsewhere (it can fail)
+    assert "compute_advantages" in _called_names(ast.parse("from m import f\nx = f.compute_advantages(r, 2)\n"))
+
+
+# --- a real run with RLOO ---------------------------------------------------------------------------------------------
+
+
+def test_a_real_rltrainer_run_trains_with_rloo_advantages(tiny_model_dir, tmp_path, monkeypatch):
+    from test_trainer import GROUP, lora_weights, make_config, make_env, read_metrics
+
+    from verifiers_rl.trainer.advantage_types import rloo
+    from verifiers_rl.trainer.losses import default
+
+    steps, trained = [], []
+
+    def recorded(rewards, group_size, cfg):  # wraps the registered function: checks each step's values by hand
+        out = rloo_advantages(rewards, group_size, cfg)
+        for g in range(0, len(rewards), group_size):
+            r = rewards[g:g + group_size].tolist()
+            others = [(sum(r) - x) / (group_size - 1) for x in r]
+            assert out[g:g + group_size].tolist() == pytest.approx([x - o for x, o in zip(r, others)], abs=1e-5)
+        steps.append(out.clone())
+        return out
+
+    def loss(inputs, cfg):  # the loss sees the advantages RLOO returned
+        trained.extend(inputs.advantages.detach().flatten().tolist())
+        return default.ratio_masked_policy_gradient(inputs, cfg)
+
+    monkeypatch.setattr(rloo, "ADVANTAGE", dataclasses.replace(rloo.ADVANTAGE, fn=recorded))
+    monkeypatch.setattr(default, "LOSS", dataclasses.replace(default.LOSS, fn=loss))
+    trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, advantage={"type": "rloo"}))
+    before = lora_weights(trainer.model)
+    trainer.train()
+    # once per step in the trainer (the W&B table is off: sample_log_interval=0)
+    assert len(steps) == 2 and all(len(a) % GROUP == 0 for a in steps)
+    assert sorted(trained) == pytest.approx(sorted(torch.cat(steps).tolist()), abs=1e-6)
+    after = lora_weights(trainer.model)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    logged = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
+    assert [r["advantage/abs_mean"] for r in logged] == pytest.approx([float(a.abs().mean()) for a in steps])

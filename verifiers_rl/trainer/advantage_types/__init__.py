@@ -1,0 +1,41 @@
+"""The advantage estimators, chosen by name (``advantage.type``; TRL's GRPOTrainer vs RLOOTrainer, verl's
+``algorithm.adv_estimator``).
+
+Each registered estimator lives in its own module and is an :class:`AdvantageSpec`: a pure function
+``(rewards, group_size, config) -> advantages`` (1-D float tensors, rewards laid out as contiguous groups of
+``group_size`` rollouts of one prompt) and its own config class (a dataclass that checks its values in
+``__post_init__`` and raises one line naming the key).
+
+Adding an estimator: a module here that defines ``ADVANTAGE = AdvantageSpec(...)``, and its line in ``ADVANTAGES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# name -> module defining ADVANTAGE; imported when the estimator is chosen
+ADVANTAGES: dict[str, str] = {
+    "grpo": "verifiers_rl.trainer.advantage_types.grpo",
+    "rloo": "verifiers_rl.trainer.advantage_types.rloo",
+}
+DEFAULT_ADVANTAGE = "grpo"
+
+
+@dataclass(frozen=True)
+class AdvantageSpec:
+    """One registered estimator; ``min_group_size``: the fewest rollouts per example it is defined for."""
+
+    name: str
+    fn: Callable[[Any, int, Any], Any]
+    config: type
+    min_group_size: int = 1
+
+
+def get_advantage(name: str) -> AdvantageSpec:
+    """The registered estimator ``name``; an unknown name is one line listing the registered ones."""
+    if not isinstance(name, str) or name not in ADVANTAGES:
+        raise ValueError(f"advantage.type={name!r} is not one of {', '.join(ADVANTAGES)}; "
+                         "set advantage.type to one of them")
+    return importlib.import_module(ADVANTAGES[name]).ADVANTAGE

@@ -1,0 +1,59 @@
+"""A run's advantage estimator from its settings: ``RLConfig.advantage`` (``[trainer.args.advantage]``: ``type`` and
+that estimator's own keys) and RLConfig's top-level ``scale_rewards`` (older than the table: it keeps working and
+fills the chosen estimator's key of the same name). :func:`advantages_for` is the one place a run's advantages
+are computed."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
+from verifiers_rl.trainer.typed_table import build_config
+
+# RLConfig's top-level advantage keys and their defaults
+SHARED_KEYS = {"scale_rewards": "none"}
+
+
+def advantage_table(advantage: Any) -> dict[str, Any]:
+    """``RLConfig.advantage`` as a table: None, a table with ``type``, or an estimator's config object."""
+    if advantage is None:
+        return {}
+    if isinstance(advantage, dict):
+        return dict(advantage)
+    names = [n for n in ADVANTAGES if type(advantage) is get_advantage(n).config]
+    if names and dataclasses.is_dataclass(advantage):
+        return {"type": names[0], **dataclasses.asdict(advantage)}
+    raise ValueError(f"advantage={advantage!r} must be a table with a 'type' key (one of {', '.join(ADVANTAGES)}) "
+                     "or an estimator's config object")
+
+
+def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
+    """The chosen estimator and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields)."""
+    table = advantage_table(getattr(c, "advantage", None))
+    spec = get_advantage(table.pop("type", None) or DEFAULT_ADVANTAGE)
+    return spec, build_config("advantage", spec.name, table, c, SHARED_KEYS, ADVANTAGES,
+                              lambda n: get_advantage(n).config)
+
+
+def check_advantage(c: Any) -> None:
+    """Build the run's estimator config once (one line on a bad type, key or value; a group too small for it) and
+    set the top-level keys from the table."""
+    spec, config = resolve_advantage(c)
+    group = getattr(c, "rollouts_per_example", spec.min_group_size)
+    if group < spec.min_group_size:
+        raise ValueError(f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
+                         f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
+    if c.advantage is not None and not isinstance(c.advantage, dict):  # a config object: kept as its table
+        c.advantage = {"type": spec.name, **dataclasses.asdict(config)}
+    for key in SHARED_KEYS:
+        if hasattr(config, key):
+            setattr(c, key, getattr(config, key))
+
+
+def advantages_for(rewards: torch.Tensor, group_size: int, args: Any) -> torch.Tensor:
+    """The advantages of a step's ``rewards`` (contiguous groups of ``group_size``) under ``args``' estimator."""
+    spec, config = resolve_advantage(args)
+    return spec.fn(rewards, group_size, config)
