@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.config import DEFAULT_LORA_TARGET_MODULES, RLConfig
 from verifiers_rl.trainer.loss import LossConfig
@@ -182,7 +183,7 @@ def test_bf16_constructs_on_cpu(tmp_path):
     assert cfg.bf16 and cfg.use_cpu
 
 
-@pytest.mark.parametrize("source", [LossConfig, BufferConfig])
+@pytest.mark.parametrize("source", [LossConfig, BufferConfig, GRPOAdvantageConfig])
 def test_loss_and_buffer_settings_are_rl_config_fields(source, tmp_path):
     """LossConfig / BufferConfig define their settings once: each is an RLConfig field with the same type, default and
     help, and `loss_config()` / `buffer_config()` carry a run's values over."""

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from transformers import TrainingArguments
 
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
+from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.settings import check_advantage
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
@@ -141,10 +142,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
     loss: dict[str, Any] | None = field(default=None, metadata={
         "help": "The loss: a table with 'type' (default, dapo; opd and sft for those modes; None: the mode's own) and "
                 "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}. docs/training.md#choosing-a-loss"})
-    scale_rewards: str = field(
-        default="none",
-        metadata={"help": "Divide advantages by the reward std: 'none', 'group' or 'batch' (std + 1e-4)."},
-    )
+    scale_rewards: str = _setting(GRPOAdvantageConfig, "scale_rewards")  # grpo's key (trainer/advantage_types/)
     advantage: dict[str, Any] | None = field(default=None, metadata={
         "help": "The advantage estimator: a table with 'type' (grpo, rloo; None: grpo) and its keys, e.g. "
                 "{type = 'rloo'}. docs/training.md#choosing-an-advantage-estimator"})

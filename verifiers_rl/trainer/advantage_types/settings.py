@@ -11,10 +11,11 @@ from typing import Any
 import torch
 
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
+from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.typed_table import build_config
 
-# RLConfig's top-level advantage keys and their defaults
-SHARED_KEYS = {"scale_rewards": "none"}
+# RLConfig's top-level advantage keys: grpo's (RLConfig takes them from its config)
+SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(GRPOAdvantageConfig)}
 
 
 def advantage_table(advantage: Any) -> dict[str, Any]:
