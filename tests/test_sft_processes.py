@@ -37,6 +37,23 @@ def test_vf_sft_trains_with_two_processes_and_writes_the_model_once(tiny_model_d
                                                                                  "rng_state_1.pth"]
 
 
+def test_a_row_no_rank_could_train_on_is_one_line_before_torchrun_starts(tiny_model_dir, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    good = {"prompt": [{"role": "user", "content": "apple"}], "completion": [{"role": "assistant", "content": "elppa"}]}
+    rows.write_text("\n".join(json.dumps(r) for r in (good, {**good, "tools": "[not json"}, good, good)))
+    out = tmp_path / "sft"
+    (tmp_path / "sft.toml").write_text(
+        f'model = "{tiny_model_dir}"\n[data]\npath = "{rows}"\n[trainer]\noutput_dir = "{out}"\n'
+        'max_steps = 2\nbatch_size = 4\nmax_length = 64\nprocesses = 2\n')
+    r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.sft", "@", str(tmp_path / "sft.toml")],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    log = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in log, log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert errors == ["error: data row 1: column 'tools': not valid JSON" + errors[0].split("not valid JSON")[1]], log
+    assert "rank" not in log and not out.exists()  # torchrun never started
+
+
 @pytest.mark.parametrize("kw, gpus, match", [
     (dict(processes=3, batch_size=8), 0, "trainer.batch_size: 8 rows per step cannot be shared by 3 processes"),
     (dict(gpus=2), 0, "trainer.gpus: 2 asked but no GPU is visible; on the CPU set trainer.processes"),

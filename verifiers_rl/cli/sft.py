@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     from verifiers_rl.config.loading import ConfigError, parse_args
     from verifiers_rl.errors import NetworkError
     from verifiers_rl.sft.config import load_rows, split_rows, validate_sft_config
-    from verifiers_rl.sft.launch import relaunch, under_torchrun, world_size
+    from verifiers_rl.sft.data import SFTDataError
+    from verifiers_rl.sft.launch import check_rows, relaunch, under_torchrun, world_size
 
     try:
         files, raw, options = parse_args(argv)
@@ -48,14 +49,14 @@ def main(argv: list[str] | None = None) -> int:
 
             processes = world_size(cfg.trainer, gpu_count())
             if processes > 1:  # checked here, trained by the ranks (sft/launch.py)
+                check_rows(cfg, rows, val_rows)
                 return relaunch(processes, given)
-    except ConfigError as e:
+    except (ConfigError, SFTDataError) as e:
         fail(str(e))
     except NetworkError as e:
         fail(str(e), code=1)
     from rich.console import Console
 
-    from verifiers_rl.sft.data import SFTDataError
     from verifiers_rl.sft.launch import rank
     from verifiers_rl.sft.trainer import run_sft
 

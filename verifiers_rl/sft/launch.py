@@ -1,10 +1,10 @@
 """vf-sft with several training processes: torchrun started as vf-rl starts it (plan/launch.torchrun_command).
 
 `[trainer] gpus` (one process per GPU) on a machine with GPUs, `[trainer] processes` on one without (DDP over gloo),
-the knobs vf-rl's `[trainer]` has. The parent checks the config and the data first (a mistake is one line before
-anything starts), then runs `torchrun ... -m verifiers_rl.cli.sft <the same arguments>`; each rank runs TRL's
-SFTTrainer, which takes its DDP set-up from torchrun's variables. `batch_size` stays the rows of one step: each
-rank takes `batch_size / processes` of them.
+the knobs vf-rl's `[trainer]` has. The parent checks the config and the data first, every row tokenized as the
+ranks will (a mistake is one line before anything starts), then runs `torchrun ... -m verifiers_rl.cli.sft <the same
+arguments>`; each rank runs TRL's SFTTrainer, which takes its DDP set-up from torchrun's variables. `batch_size`
+stays the rows of one step: each rank takes `batch_size / processes` of them.
 """
 
 from __future__ import annotations
@@ -45,6 +45,21 @@ def world_size(trainer: Any, gpus_visible: int) -> int:
         raise ConfigError(f"trainer.batch_size: {trainer.batch_size} rows per step cannot be shared by {n} "
                           f"processes; use a multiple of {n}")
     return n
+
+
+def check_rows(cfg: Any, rows: list[dict[str, Any]], val_rows: list[dict[str, Any]]) -> None:
+    """Tokenize every row in the parent as the ranks will (sft/data.py): a row none of them could train on is one
+    SFTDataError line here, before torchrun starts, instead of a traceback from each rank."""
+    from transformers import AutoTokenizer
+
+    from verifiers_rl.sft.data import tokenize_dataset
+    from verifiers_rl.trainer.model_loading import from_pretrained
+
+    tokenizer = from_pretrained(AutoTokenizer, cfg.model)
+    roles, max_length = cfg.data.loss_mask.roles(), cfg.trainer.settings().max_length
+    tokenize_dataset(rows, tokenizer, max_length, roles, cfg.data.on_template_mismatch)
+    if val_rows:
+        tokenize_dataset(val_rows, tokenizer, max_length, roles, cfg.data.on_template_mismatch, label="val")
 
 
 def relaunch(n: int, argv: list[str]) -> int:
