@@ -113,6 +113,27 @@ def test_dapo_differs_from_the_default_loss_where_the_clip_acts():
     assert wide.loss.item() == pytest.approx(0.0, abs=1e-6)  # a window holding every ratio: the same loss
 
 
+def test_each_loss_names_the_tokens_it_leaves_out_and_the_token_export_writes_them():
+    """`LossOutputs.no_gradient` is the loss's own: DAPO's active clip, the default loss's ratio window; the token
+    export's `ratio_masked` is that tensor, whatever the loss."""
+    from types import SimpleNamespace
+
+    from verifiers_rl.trainer.token_export import sequence_records
+
+    trainer, sampling, adv, mask = dapo_example()
+    dapo = dapo_loss(LossInputs(trainer, sampling, adv, mask, 6), DAPOLossConfig())
+    # row 0 (A=+1): r=1.5 above 1.28; row 1 (A=-1): r=0.5 below 0.8; the off-mask token never counts
+    assert dapo.no_gradient.tolist() == [[True, False, False, False], [True, False, False, False]]
+    narrow = compute_loss(trainer, sampling, adv, mask, 6, LossConfig(mask_ratio_low=0.6, mask_ratio_high=1.2))
+    assert narrow.no_gradient.tolist() == [[True, True, False, False], [True, True, False, False]]
+    sample = SimpleNamespace(input_ids=[1, 2, 3, 4], rollout_index=0, reward=1.0, advantage=1.0)
+    mb = SimpleNamespace(samples=[sample, sample], loss_mask=mask, env_mask=torch.zeros_like(mask))
+    records = sequence_records(mb, trainer.detach(), sampling, None, dapo.no_gradient, step=0)
+    assert [r["ratio_masked"] for r in records] == [[1, 0, 0, 0], [1, 0, 0, 0]]
+    assert [r["ratio_masked"] for r in sequence_records(mb, trainer.detach(), sampling, None, None, 0)] == \
+        [[0, 0, 0, 0], [0, 0, 0, 0]]
+
+
 # --- the config surface ------------------------------------------------------------------------------------------------
 
 

@@ -1,5 +1,5 @@
-"""The importance ratio trainer/sampler and its window, defined once: the default loss trains inside the window and
-the token export reports the same tokens as masked (trainer/loss.py, trainer/token_export.py)."""
+"""The importance ratio trainer/sampler and its window, defined once: the default loss trains inside the window
+(trainer/loss.py) and hands the tokens outside it to the token export as `LossOutputs.no_gradient`."""
 
 from __future__ import annotations
 

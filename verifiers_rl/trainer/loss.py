@@ -97,10 +97,13 @@ class LossOutputs:
     as the trainer logs them: ``.../min`` and ``.../max`` are extremes, every other name is a per-token mean (0 with
     no loss tokens; the extremes are then +inf / -inf, the identities of min / max). Weighted by ``loss_tokens``
     they aggregate into a step's metrics (:class:`verifiers_rl.trainer.metrics.TokenWeightedMetrics`).
+    ``no_gradient``: ``[B, T]`` bool, the loss tokens this loss gives no policy-gradient term (the default loss's
+    ratio window, DAPO's active clip), as the token export reports them; None when it leaves none out.
     """
 
     loss: torch.Tensor
     metrics: dict[str, torch.Tensor]
+    no_gradient: torch.Tensor | None = None
 
 
 LossFn = Callable[[LossInputs, LossConfig], LossOutputs]
@@ -175,7 +178,7 @@ def ratio_masked_policy_gradient(inputs: LossInputs, config: LossConfig) -> Loss
     metrics = ratio_metrics(mask, ratio_d, log_ratio.detach(), out_of_range, advantages)
     if ref_kl_tokens is not None:
         metrics["ref_kl/mean"] = masked_mean(ref_kl_tokens.detach(), mask)
-    return LossOutputs(loss=loss, metrics=metrics)
+    return LossOutputs(loss=loss, metrics=metrics, no_gradient=out_of_range)
 
 
 @torch.no_grad()

@@ -119,7 +119,7 @@ class StepRunner:
             if padding:
                 continue
             if args.enable_token_export:
-                exports += sequence_records(mb, lp, sampling, ent, args.mask_ratio_low, args.mask_ratio_high, step)
+                exports += sequence_records(mb, lp, sampling, ent, out.no_gradient, step)
             total_loss += out.loss.detach()
             acc.add({**out.metrics, **({"entropy/mean": masked_mean(ent, mb.loss_mask)} if ent is not None else {})})
         if exports:

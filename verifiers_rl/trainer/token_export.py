@@ -11,14 +11,15 @@ from typing import Any
 
 import torch
 
-from verifiers_rl.trainer.importance import log_importance_ratio, ratio_mask
+from verifiers_rl.trainer.importance import log_importance_ratio
 
 
 def sequence_records(mb: Any, trainer_lp: torch.Tensor, sampling_lp: torch.Tensor, entropy: torch.Tensor | None,
-                     mask_low: float, mask_high: float, step: int) -> list[dict[str, Any]]:
-    """Per-sequence records of one micro-batch (padding stripped)."""
+                     no_gradient: torch.Tensor | None, step: int) -> list[dict[str, Any]]:
+    """Per-sequence records of one micro-batch (padding stripped). `no_gradient`: the loss tokens the chosen loss
+    left out (`LossOutputs.no_gradient`), written as `ratio_masked`; None: none."""
     ratio = torch.exp(log_importance_ratio(trainer_lp.detach(), sampling_lp, mb.loss_mask))
-    masked = ratio_mask(ratio, mb.loss_mask, mask_low, mask_high)  # the tokens the loss leaves out (trainer/loss.py)
+    masked = no_gradient if no_gradient is not None else torch.zeros_like(mb.loss_mask, dtype=torch.bool)
     out = []
     for r, sample in enumerate(mb.samples):
         n = len(sample.input_ids)

@@ -61,7 +61,8 @@ def dapo_loss(inputs: LossInputs, config: DAPOLossConfig) -> LossOutputs:
     ratio_d = ratio.detach()
     no_grad = (((ratio_d > 1 + config.epsilon_high) & (advantages > 0))
                | ((ratio_d < 1 - config.epsilon_low) & (advantages < 0)))
-    return LossOutputs(loss=loss, metrics=ratio_metrics(mask, ratio_d, log_ratio.detach(), no_grad, advantages))
+    return LossOutputs(loss=loss, metrics=ratio_metrics(mask, ratio_d, log_ratio.detach(), no_grad, advantages),
+                       no_gradient=no_grad & mask)
 
 
 LOSS = LossSpec("dapo", dapo_loss, DAPOLossConfig, mode="rl",
