@@ -286,7 +286,7 @@ def test_rl_trainer_trains_real_verifiers_envs_through_vllm_with_lora_sync(vllm_
             try:
                 assert trainer.plan.backend == "vllm"
                 trainer.train()
-                assert [h["version"] for h in trainer.inference.weight_sync.history] == [0, 1, 2]  # LoRA synced
+                assert [h["version"] for h in trainer.inference.syncer.history] == [0, 1, 2]  # LoRA synced
             finally:
                 trainer.close()
             steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -525,9 +525,9 @@ def test_rl_trainer_through_vllm_with_lora_sync_and_its_checkpoint_loads(server,
         assert trainer.plan.backend == "vllm" and not trainer.orchestrator.inline
         trainer.train()
         # every optimizer step was synced (plus the initial sync at version 0), and the server has the last one
-        assert [h["version"] for h in trainer.inference.weight_sync.history] == [0, 1, 2, 3]
+        assert [h["version"] for h in trainer.inference.syncer.history] == [0, 1, 2, 3]
         client = trainer.inference.client
-        assert max_diff(trainer.model.eval(), client, trainer.inference.weight_sync.model_name()) < 1e-4
+        assert max_diff(trainer.model.eval(), client, trainer.inference.syncer.model_name()) < 1e-4
     finally:
         trainer.close()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -548,7 +548,7 @@ def test_rl_trainer_through_vllm_with_lora_sync_and_its_checkpoint_loads(server,
                                                                         max_steps=4, save_steps=100))
     try:
         trainer.train(resume_from_checkpoint=str(ckpt))
-        assert [h["version"] for h in trainer.inference.weight_sync.history] == [0, 3, 4]
+        assert [h["version"] for h in trainer.inference.syncer.history] == [0, 3, 4]
     finally:
         trainer.close()
     resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -641,7 +641,7 @@ def test_two_servers_both_get_requests_and_every_sync(server, tiny_model_dir, tm
             model = trainer.model.eval()
             for root in client.roots:
                 one = VLLMClient([root])
-                assert max_diff(model, one, trainer.inference.weight_sync.model_name()) < 1e-4
+                assert max_diff(model, one, trainer.inference.syncer.model_name()) < 1e-4
         finally:
             trainer.close()
         sync_dir = str((out / ".vllm-sync").resolve())
@@ -773,9 +773,9 @@ def test_full_fine_tuning_through_vllm_with_native_weight_transfer(server_restor
                        learning_rate=1e-3)
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), args)
     try:
-        assert type(trainer.inference.weight_sync).__name__ == "NativeWeightTransfer"
+        assert type(trainer.inference.syncer).__name__ == "NativeWeightTransfer"
         trainer.train()
-        assert [h["version"] for h in trainer.inference.weight_sync.history] == [0, 1, 2]
+        assert [h["version"] for h in trainer.inference.syncer.history] == [0, 1, 2]
         assert httpx.get(server.url + "/weight_info").json()["weight_version"] == "2"
         model = trainer.model.eval()
         assert max_diff(model, trainer.inference.client, server.served_model_name) < 1e-4

@@ -22,25 +22,25 @@ from verifiers_rl.inference.weight_sync import MergedLoRAWeights, SharedWeights,
 
 class Inference:
     client: Any
-    weight_sync: WeightSync
+    syncer: WeightSync  # the object that brings the served weights to the policy's (the plan's mode: weight_sync)
     base_url: str | None = None
     inline: bool = False
 
     def model_name(self) -> str:
-        return self.weight_sync.model_name()
+        return self.syncer.model_name()
 
     def sync(self, model: Any, version: int) -> None:
-        self.weight_sync.sync(model, version)
+        self.syncer.sync(model, version)
 
     def metrics(self) -> dict[str, float]:
-        return dict(getattr(self.weight_sync, "metrics", dict)())
+        return dict(getattr(self.syncer, "metrics", dict)())
 
     def server_pids(self) -> list[int]:
         """Processes it started (vf-rl stop ends them too)."""
         return []
 
     def close(self) -> None:
-        self.weight_sync.close()
+        self.syncer.close()
 
 
 class LocalInference(Inference):
@@ -55,15 +55,15 @@ class LocalInference(Inference):
         merged = merged_copy(model)
         if merged is not None:
             self.engine = LocalEngine(merged, tokenizer, model_name="policy", max_model_len=max_model_len)
-            self.weight_sync = MergedLoRAWeights(self.engine)
+            self.syncer = MergedLoRAWeights(self.engine)
         elif weight_sync == "snapshot":
             import copy
 
             snapshot = copy.deepcopy(model).eval().requires_grad_(False)
             self.engine = LocalEngine(snapshot, tokenizer, model_name="policy", max_model_len=max_model_len)
-            self.weight_sync = SnapshotWeights(self.engine)
+            self.syncer = SnapshotWeights(self.engine)
         else:
             self.engine = LocalEngine(model, tokenizer, model_name="policy", max_model_len=max_model_len)
-            self.weight_sync = SharedWeights("policy")
+            self.syncer = SharedWeights("policy")
         self.inline = weight_sync != "snapshot"
         self.client = self.engine.client

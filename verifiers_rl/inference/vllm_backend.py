@@ -2,7 +2,7 @@
 
     backend = VLLMBackend.start(plan, server_config, model, args)   # an `Inference` (runtime.py)
     backend.client        # VLLMClient for the environments
-    backend.weight_sync   # LoRAHotSwap (lora), NativeWeightTransfer (nccl/gloo) or FullWeightReload (disk)
+    backend.syncer        # LoRAHotSwap (lora), NativeWeightTransfer (nccl/gloo) or FullWeightReload (disk)
     backend.close()       # stops what it launched
 
 Where the servers come from (the plan, `verifiers_rl.plan.InferencePlan`): its `urls` (already running, a server
@@ -56,10 +56,10 @@ def _server_dtype(args: Any, asked: Any, cuda: bool) -> str:
 
 
 class VLLMBackend(Inference):
-    def __init__(self, client: VLLMClient, weight_sync: Any, servers: list[VLLMServer], sync_dir: Path,
+    def __init__(self, client: VLLMClient, syncer: Any, servers: list[VLLMServer], sync_dir: Path,
                  own_sync_dir: bool):
         self.client = client
-        self.weight_sync = weight_sync
+        self.syncer = syncer
         self.servers = servers
         self.sync_dir = sync_dir
         self._own_sync_dir = own_sync_dir
@@ -92,17 +92,17 @@ class VLLMBackend(Inference):
         try:
             base_name = base_name or _served_base_model(client)
             sync_dir, own = _sync_dir(cfg, args)
-            weight_sync = _weight_sync(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
+            syncer = _syncer(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
             # Bring the servers to the policy now: a policy resumed from an adapter (non-zero B) or changed in
             # memory would otherwise roll out step 0 with other weights. Fails fast if the sync route is missing.
-            weight_sync.sync(model, 0)
+            syncer.sync(model, 0)
         except BaseException:
             for s in servers:
                 s.stop()
             raise
         if is_main:
             print(f"vLLM: weight sync by {_SYNC_NAMES[plan.weight_sync]}", flush=True)
-        return cls(client, weight_sync, servers, sync_dir, own and is_main)  # rank 0 writes it, rank 0 cleans it
+        return cls(client, syncer, servers, sync_dir, own and is_main)  # rank 0 writes it, rank 0 cleans it
 
     def server_pids(self) -> list[int]:
         return [s.pid for s in self.servers if s.pid]
@@ -111,7 +111,7 @@ class VLLMBackend(Inference):
         """Close the weight sync and stop the servers this backend launched. The sync directory goes too, except,
         with servers given by URL (they outlive the trainer), the LoRA adapter they serve: vLLM loads an adapter
         from its directory at the first request that names it, and a directory gone by then kills its engine."""
-        self.weight_sync.close()
+        self.syncer.close()
         for root in getattr(self.client, "roots", None) or []:
             policy_servers.remove(root)
         launched = bool(self.servers)
@@ -120,7 +120,7 @@ class VLLMBackend(Inference):
         self.servers = []
         if not self._own_sync_dir:
             return
-        served = getattr(self.weight_sync, "latest", None) if not launched else None
+        served = getattr(self.syncer, "latest", None) if not launched else None
         if served is None:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
             return
@@ -150,7 +150,7 @@ def _start_server(cfg: VLLMServerConfig) -> VLLMServer:
     return server
 
 
-def _weight_sync(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, is_main: bool,
+def _syncer(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, is_main: bool,
                  timeout: float) -> Any:
     """The plan's weight sync: LoRA hot-swap, vLLM's native transfer (bounded by `timeout`: generation_timeout),
     or a reload from disk."""
