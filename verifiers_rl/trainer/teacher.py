@@ -120,6 +120,8 @@ class Teacher:
     async def _score_all(self, sequences: list[list[int]]) -> list[list[float]]:
         from openai import AsyncOpenAI
 
+        # a client per call: asyncio.run gives each step its own event loop, and httpx's pool belongs to the loop
+        # that opened it
         client = AsyncOpenAI(base_url=self.url, api_key=_api_key(self.args.teacher_api_key_var),
                              timeout=self.args.generation_timeout)
         limit = asyncio.Semaphore(max(1, min(self.args.max_concurrent, 64)))
