@@ -31,3 +31,27 @@ def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared:
             raise ValueError(f"{key}={top!r} applies to {section}.type {users}, not {name!r}; remove it")
     values.update(table)
     return config(**values)
+
+
+def table_of(value: Any, configs: dict[str, type]) -> dict[str, Any] | None:
+    """A settings value as a table: None -> {}, a dict -> a copy, an instance of one of ``configs`` (type name ->
+    config class, e.g. ``DAPOLossConfig(epsilon_high=0.3)`` in a notebook) -> its type and fields; None when it is
+    neither (the caller raises its own line)."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    names = [n for n, config in configs.items() if type(value) is config]
+    if names and dataclasses.is_dataclass(value):
+        return {"type": names[0], **dataclasses.asdict(value)}
+    return None
+
+
+def store_back(c: Any, section: str, name: str, config: Any, shared: Iterable[str]) -> None:
+    """After the check: a config object given as ``c.<section>`` is kept as its table (JSON, TOML), and the top-level
+    keys take the chosen type's values, so whoever reads them (``c.beta``: the reference model) sees those."""
+    if getattr(c, section) is not None and not isinstance(getattr(c, section), dict):
+        setattr(c, section, {"type": name, **dataclasses.asdict(config)})
+    for key in shared:
+        if hasattr(config, key):
+            setattr(c, key, getattr(config, key))

@@ -12,7 +12,7 @@ import torch
 
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
-from verifiers_rl.trainer.typed_table import build_config
+from verifiers_rl.trainer.typed_table import build_config, store_back, table_of
 
 # RLConfig's top-level advantage keys: grpo's (RLConfig takes them from its config)
 SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(GRPOAdvantageConfig)}
@@ -20,13 +20,9 @@ SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(GRPOAdvantageConfig
 
 def advantage_table(advantage: Any) -> dict[str, Any]:
     """``RLConfig.advantage`` as a table: None, a table with ``type``, or an estimator's config object."""
-    if advantage is None:
-        return {}
-    if isinstance(advantage, dict):
-        return dict(advantage)
-    names = [n for n in ADVANTAGES if type(advantage) is get_advantage(n).config]
-    if names and dataclasses.is_dataclass(advantage):
-        return {"type": names[0], **dataclasses.asdict(advantage)}
+    table = table_of(advantage, {n: get_advantage(n).config for n in ADVANTAGES})
+    if table is not None:
+        return table
     raise ValueError(f"advantage={advantage!r} must be a table with a 'type' key (one of {', '.join(ADVANTAGES)}) "
                      "or an estimator's config object")
 
@@ -47,11 +43,7 @@ def check_advantage(c: Any) -> None:
     if group < spec.min_group_size:
         raise ValueError(f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
                          f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
-    if c.advantage is not None and not isinstance(c.advantage, dict):  # a config object: kept as its table
-        c.advantage = {"type": spec.name, **dataclasses.asdict(config)}
-    for key in SHARED_KEYS:
-        if hasattr(config, key):
-            setattr(c, key, getattr(config, key))
+    store_back(c, "advantage", spec.name, config, SHARED_KEYS)
 
 
 def advantages_for(rewards: torch.Tensor, group_size: int, args: Any) -> torch.Tensor:

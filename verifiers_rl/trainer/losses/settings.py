@@ -9,7 +9,7 @@ from typing import Any
 
 from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec, get_loss, loss_types
-from verifiers_rl.trainer.typed_table import build_config
+from verifiers_rl.trainer.typed_table import build_config, store_back, table_of
 
 # RLConfig's top-level loss keys: LossConfig's fields (RLConfig takes them from it)
 SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(LossConfig)}
@@ -18,13 +18,9 @@ SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(LossConfig)}
 def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
     """``RLConfig.loss`` as a table: None, a table with ``type``, or the config object of a loss ``mode`` trains with
     (``DAPOLossConfig(epsilon_high=0.3)`` in a notebook)."""
-    if loss is None:
-        return {}
-    if isinstance(loss, dict):
-        return dict(loss)
-    names = [n for n in loss_types(mode) if type(loss) is get_loss(n).config]
-    if names and dataclasses.is_dataclass(loss):
-        return {"type": names[0], **dataclasses.asdict(loss)}
+    table = table_of(loss, {n: get_loss(n).config for n in loss_types(mode)})
+    if table is not None:
+        return table
     raise ValueError(f"loss={loss!r} must be a table with a 'type' key (one of {', '.join(LOSSES)}) or the config "
                      f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
 
@@ -45,8 +41,4 @@ def check_loss(c: Any) -> None:
     """Build the run's loss config once (one line on a bad key or value) and set the top-level keys from the
     table, so whoever reads ``c.beta`` (the reference model) sees the loss's value."""
     spec, config = resolve_loss(c)
-    if c.loss is not None and not isinstance(c.loss, dict):  # a config object: kept as its table (JSON, TOML)
-        c.loss = {"type": spec.name, **dataclasses.asdict(config)}
-    for key in SHARED_KEYS:
-        if hasattr(config, key):
-            setattr(c, key, getattr(config, key))
+    store_back(c, "loss", spec.name, config, SHARED_KEYS)
