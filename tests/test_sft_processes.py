@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,16 +17,22 @@ from verifiers_rl.sft.launch import world_size
 WORDS = ["apple", "river", "stone", "cloud", "lamp", "tree", "bird", "sand"]
 
 
-def test_vf_sft_trains_with_two_processes_and_writes_the_model_once(tiny_model_dir, tmp_path):
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text("\n".join(json.dumps({"prompt": [{"role": "user", "content": w}],
-                                          "completion": [{"role": "assistant", "content": w[::-1]}]}) for w in WORDS))
+def _vf_sft_two_processes(model, tmp_path, rows: list[dict], extra: str = "") -> tuple[Path, Any]:
+    """vf-sft on `rows` with `[trainer] processes = 2` (2 steps of 4 rows): its output dir and the finished run."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "sft"
     (tmp_path / "sft.toml").write_text(
-        f'model = "{tiny_model_dir}"\n[data]\npath = "{rows}"\n[trainer]\noutput_dir = "{out}"\nmax_steps = 2\n'
-        'batch_size = 4\nlogging_steps = 1\nsave_steps = 2\nmax_length = 64\nprocesses = 2\n')
-    r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.sft", "@", str(tmp_path / "sft.toml")],
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        f'model = "{model}"\n[data]\npath = "{data}"\n[trainer]\noutput_dir = "{out}"\nmax_steps = 2\n'
+        f'batch_size = 4\nmax_length = 64\nprocesses = 2\n{extra}')
+    return out, subprocess.run([sys.executable, "-m", "verifiers_rl.cli.sft", "@", str(tmp_path / "sft.toml")],
+                               capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+def test_vf_sft_trains_with_two_processes_and_writes_the_model_once(tiny_model_dir, tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": w}], "completion": [{"role": "assistant", "content": w[::-1]}]}
+            for w in WORDS]
+    out, r = _vf_sft_two_processes(tiny_model_dir, tmp_path, rows, "logging_steps = 1\nsave_steps = 2\n")
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-4000:]
     ranks = sorted(line.split(" rank ")[1] for line in r.stdout.splitlines() if " rank " in line)
@@ -38,19 +46,12 @@ def test_vf_sft_trains_with_two_processes_and_writes_the_model_once(tiny_model_d
 
 
 def test_a_row_no_rank_could_train_on_is_one_line_before_torchrun_starts(tiny_model_dir, tmp_path):
-    rows = tmp_path / "rows.jsonl"
     good = {"prompt": [{"role": "user", "content": "apple"}], "completion": [{"role": "assistant", "content": "elppa"}]}
-    rows.write_text("\n".join(json.dumps(r) for r in (good, {**good, "tools": "[not json"}, good, good)))
-    out = tmp_path / "sft"
-    (tmp_path / "sft.toml").write_text(
-        f'model = "{tiny_model_dir}"\n[data]\npath = "{rows}"\n[trainer]\noutput_dir = "{out}"\n'
-        'max_steps = 2\nbatch_size = 4\nmax_length = 64\nprocesses = 2\n')
-    r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.sft", "@", str(tmp_path / "sft.toml")],
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out, r = _vf_sft_two_processes(tiny_model_dir, tmp_path, [good, {**good, "tools": "[not json"}, good, good])
     log = r.stdout + r.stderr
     assert r.returncode == 2 and "Traceback" not in log, log[-3000:]
     errors = [line for line in log.splitlines() if line.startswith("error:")]
-    assert errors == ["error: data row 1: column 'tools': not valid JSON" + errors[0].split("not valid JSON")[1]], log
+    assert len(errors) == 1 and errors[0].startswith("error: data row 1: column 'tools': not valid JSON"), log
     assert "rank" not in log and not out.exists()  # torchrun never started
 
 
