@@ -6,6 +6,8 @@ HF model or a PEFT adapter), so it can be the `model` (or starting adapter) of a
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +112,11 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(out))
     if world > 1:
-        print(f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
-              f"{settings.batch_size // world} rows", flush=True)
+        # one write of one line: the ranks share the console, and print() writes the text and its newline apart
+        line = (f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
+                f"{settings.batch_size // world} rows\n")
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), line.encode())
     return out, float(result.training_loss)
 
 
