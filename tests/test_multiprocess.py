@@ -3,7 +3,8 @@
 (`[trainer] processes = 2`). Nothing is mocked; the update tests feed a fixed batch of made-up rollouts (token ids
 and sampling logprobs) so that 1 and 2 processes train on exactly the same step.
 
-Every multi-process launch has a timeout of at most 120 s; the fault tests each end within 30 s.
+Launch and wait limits are hang guards sized for shared, loaded cores (a launch takes ~30-60 s on 2 idle cores);
+the pytest limit counts the test body only, not the module fixtures' launches.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ REPO = HERE.parent
 # hang guards, not speed checks (a launch takes ~30-60 s on 2 idle cores, minutes on shared ones)
 LAUNCH_TIMEOUT = 280  # each launch's own limit; every test's pytest timeout is 300 s
 TEST_TIMEOUT = 300
+STEP_WAIT = 240  # a hang guard for the first step of a launch: ~30-60 s on 2 idle cores
 FAULT_S = 30
 
 
@@ -62,7 +64,7 @@ def one_rank(tiny_model_dir, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 @pytest.mark.parametrize("name", ["lora-ddp", "full-ddp", "lora-fsdp", "full-fsdp"])
 def test_two_processes_make_the_same_update_as_one(two_ranks, one_rank, name):
     """3 groups over 2 ranks (2 + 1, the middle one all errored: rank 1 trains no token): the weights after one
@@ -81,7 +83,7 @@ def test_two_processes_make_the_same_update_as_one(two_ranks, one_rank, name):
     assert info["shard_fraction"] == (pytest.approx(0.5, abs=0.02) if name.endswith("fsdp") else 1.0)
 
 
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_uneven_drops_keep_training(two_ranks):
     """Rank 1's rollouts are all dropped on every step (FSDP2, full fine-tuning): it pads with zero-weight
     micro-batches and the run reaches its last step."""
@@ -117,7 +119,7 @@ def counted_and_resumed(tiny_model_dir, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_each_rollout_is_generated_once(counted_and_resumed):
     """2 steps x 2 groups of 4 with the local engine: every group is generated (and scored) by one rank only."""
     lines = {r: (counted_and_resumed / f"count-rank{r}.txt").read_text().split() for r in (0, 1)}
@@ -127,7 +129,7 @@ def test_each_rollout_is_generated_once(counted_and_resumed):
         assert all(answers.count(a) == 4 for a in answers)  # whole groups
 
 
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 @pytest.mark.parametrize("name", ["lora-ddp", "full-fsdp"])
 def test_checkpoint_at_2_resumed_to_4_equals_straight_4(counted_and_resumed, name):
     got = json.loads((counted_and_resumed / f"resume-{name}.json").read_text())
@@ -139,12 +141,12 @@ def _ranks(out: Path) -> dict[int, int]:
     return {r: int((out / f"pid-{r}").read_text()) for r in (0, 1) if (out / f"pid-{r}").exists()}
 
 
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
     out = tmp_path / "killed"
     p = start(tiny_model_dir, out, "hang")
     try:
-        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, 90, "a training step")
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "a training step")
         pids = _ranks(out)
         os.kill(pids[1], signal.SIGKILL)
         p.wait(timeout=FAULT_S)  # TimeoutExpired past FAULT_S
@@ -154,13 +156,13 @@ def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
         p.kill()
 
 
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_sigint_ends_every_rank(tiny_model_dir, tmp_path):
     """Ctrl-C in a terminal reaches torchrun (its ranks run in sessions of their own): every rank ends."""
     out = tmp_path / "sigint"
     p = start(tiny_model_dir, out, "hang")
     try:
-        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, 90, "a training step")
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "a training step")
         pids = _ranks(out)
         p.send_signal(signal.SIGINT)
         p.wait(timeout=FAULT_S)
@@ -169,13 +171,13 @@ def test_sigint_ends_every_rank(tiny_model_dir, tmp_path):
         p.kill()
 
 
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_ranks_die_with_a_killed_launcher(tiny_model_dir, tmp_path):
     """torchrun killed outright (SIGKILL, no chance to stop its ranks): the ranks end too (PR_SET_PDEATHSIG)."""
     out = tmp_path / "launcher"
     p = start(tiny_model_dir, out, "hang")
     try:
-        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, 90, "a training step")
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "a training step")
         pids = _ranks(out)
         p.kill()
         p.wait(timeout=5)
@@ -188,7 +190,7 @@ QUICKSTART = REPO / "configs" / "vf-rl" / "quickstart.toml"
 
 
 @pytest.mark.slow  # a whole vf-rl run under torchrun (about a minute here)
-@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_vf_rl_runs_the_quickstart_rl_phase_with_two_processes(tmp_path):
     """`[trainer] processes = 2`: torchrun starts two workers; rank 0 builds the tiny model and the warm-up once."""
     vf_rl = Path(sys.executable).with_name("vf-rl")

@@ -113,7 +113,7 @@ def test_shell_and_background_jobs_are_killed_when_the_rollout_ends():
     def reply(messages, **kwargs):
         step = next(steps)
         if step is None:
-            seen.append(_running(marker))
+            seen.append(poll_until(lambda: _running(marker), 10, 0.05))  # the job may not have exec'd yet
             return completion("done, no tool call")
         return step
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from verifiers_rl.sandbox import SandboxLimits, run, run_python
+
+from processes import poll_until
 from verifiers_rl.sandbox.runtimes import probe_bwrap
 
 WHY = probe_bwrap()
@@ -91,6 +93,7 @@ def test_a_tcp_connection_to_a_host_listener_is_refused(tmp_path):
         # the host side can still connect: the listener works
         probe = socket.create_connection(("127.0.0.1", port), timeout=3)
         probe.close()
+        poll_until(lambda: accepted, 10, 0.05)  # let the accept loop take the probe before it is stopped
     finally:
         stop.set()
         thread.join()

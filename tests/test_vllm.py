@@ -504,7 +504,7 @@ def test_lora_hot_swap_matches_the_peft_model(server, hf_model, tiny_model_dir, 
         model = lora_model(tiny_model_dir, seed=seed)
         sync.sync(model, version)
         assert sync.model_name() == "swap-test" and sync.version == version
-        assert sync.last["time/weight_sync_load"] < 5
+        assert sync.last["time/weight_sync_load"] < 20  # a hot swap, not a server restart (30 s+)
         p, c, lp = chat(client, "swap-test", "apple", ignore_eos=True)
         adapted = hf_logprobs(model, p, c)
         assert float((adapted - lp).abs().max()) < 1e-4
@@ -831,7 +831,7 @@ def test_full_weight_reload_matches_the_new_weights(server_restored, tiny_model_
     try:
         chat(client, name, "apple")  # fills the prefix cache with the old weights' blocks
         sync.sync(model, 1)
-        assert sync.last["time/weight_sync_load"] < 10
+        assert sync.last["time/weight_sync_load"] < 20  # a reload in place, not a server restart (30 s+)
         assert max_diff(model, client, name) < 1e-4
         p, c, lp = chat(client, name, "apple", ignore_eos=True)
         assert float((hf_logprobs(original, p, c) - lp).abs().max()) > 1e-2
