@@ -57,6 +57,7 @@ def test_what_a_merge_cannot_follow_is_served_as_it_is(tiny_model_dir):
 def test_trainer_serves_the_trained_adapter_merged(tiny_model_dir, tmp_path):
     import verifiers_rl as vf
     from datasets import Dataset
+    from peft import PeftModel
 
     env = vf.SingleTurnEnv(dataset=Dataset.from_list([{"question": f"say {i}", "answer": "x"} for i in range(8)]),
                            rubric=vf.Rubric(funcs=[lambda completion, **kw: float(len(str(completion)) % 3)]))
@@ -65,7 +66,7 @@ def test_trainer_serves_the_trained_adapter_merged(tiny_model_dir, tmp_path):
                        save_strategy="no", logging_steps=1, sample_log_interval=0, report_to="none")
     trainer = vf.RLTrainer(str(tiny_model_dir), env, args)
     served = trainer.inference.engine.model
-    assert served is not trainer.model and not hasattr(served, "peft_config")
+    assert served is not trainer.model and not isinstance(served, PeftModel)  # older peft leaves peft_config
     trainer.train()
     ids = torch.randint(3, 250, (2, 9))
     assert torch.allclose(_logits(served, ids), _logits(trainer.model, ids), atol=1e-5)

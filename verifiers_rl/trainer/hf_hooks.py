@@ -2,8 +2,9 @@
 
 Tested on transformers 5.23 with accelerate 1.15 (the versions uv.lock pins; the whole trainer suite runs on them);
 `missing_hooks()` is also clean on transformers 5.19 (the lock's version for the vllm extra). pyproject.toml allows
-transformers >=4.56,<6 (4.56: the floor the project already declared, not run here); a new major is taken only
-after this module's tests pass on it. `missing_hooks()` lists what the installed versions no longer have (a name
+transformers >=5.0,<6: scripts/check-floors.sh runs the trainer's tests with every direct dependency at its floor
+(4.5x lacks the cache-layer API the local engine's KV cache builds on); a new major is taken only after this
+module's tests pass on it. `missing_hooks()` lists what the installed versions no longer have (a name
 gone, a parameter renamed), RLTrainer refuses to start in one line when it is not empty, and tests/test_hf_hooks.py
 runs it, so a release that moves one of them is caught at once.
 
@@ -76,7 +77,7 @@ def check_hooks() -> None:
 
         raise RuntimeError(f"transformers {transformers.__version__} / accelerate {accelerate.__version__} lack what "
                            f"RLTrainer overrides: {'; '.join(missing)}. Install the versions verifiers-rl pins "
-                           "(transformers>=4.56,<6; uv.lock has the tested ones)")
+                           "(transformers>=5.0,<6; uv.lock has the tested ones)")
 
 
 def keep_fsdp_out_of_ddp(accelerator: Any) -> None:
