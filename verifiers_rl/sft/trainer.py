@@ -51,6 +51,7 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     from rich.console import Console
     from trl import SFTConfig, SFTTrainer
 
+    from verifiers_rl.trainer.distributed import release_process_group_at_exit
     from verifiers_rl.trainer.model_loading import from_pretrained, peft_wrapping_quietly
 
     from verifiers_rl.sft.launch import rank
@@ -60,8 +61,10 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     this_rank, world = rank()  # under torchrun (sft/launch.py): rank 0 speaks for the run, each rank trains a share
-    console = console or Console()  # the data first: a row it cannot train on is one line before the model loads
-    console = Console(quiet=True) if this_rank else console
+    if world > 1:
+        release_process_group_at_exit()
+    # the data first: a row it cannot train on is one line before the model loads
+    console = Console(quiet=True) if this_rank else (console or Console())
     data, val = _datasets(rows, val_rows, tokenizer, settings.max_length, loss_roles, on_mismatch, console, label)
     dtype = torch.bfloat16 if settings.bf16 else torch.float32
     policy = from_pretrained(AutoModelForCausalLM, model, dtype=dtype)
@@ -112,12 +115,15 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(out))
     if world > 1:
-        # one write of one line: the ranks share the console, and print() writes the text and its newline apart
-        line = (f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
-                f"{settings.batch_size // world} rows\n")
-        sys.stdout.flush()
-        os.write(sys.stdout.fileno(), line.encode())
+        _say_rank(f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
+                  f"{settings.batch_size // world} rows")
     return out, float(result.training_loss)
+
+
+def _say_rank(line: str) -> None:
+    """One write of one line: the ranks share the console, and print() writes the text and its newline apart."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def _datasets(rows: list[dict[str, Any]], val_rows: list[dict[str, Any]] | None, tokenizer: Any, max_length: int,

@@ -163,10 +163,39 @@ def die_with_launcher() -> None:
         pass
 
 
+def release_process_group_at_exit() -> None:
+    """Destroy the default process group when the interpreter exits, while Python is still whole. Left to
+    finalization, gloo's worker threads can abort a rank that finished its run (SIGABRT, "terminate called without
+    an active exception"), and torchrun then reports the run as failed. Registered once; a no-op when the group is
+    already gone (the user destroyed it)."""
+    global _release_registered
+    if _release_registered:
+        return
+    _release_registered = True
+    import atexit
+
+    atexit.register(_destroy_process_group)
+
+
+_release_registered = False
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # exiting anyway: a group that cannot be destroyed cleanly must not change the exit code
+            pass
+
+
 def check_supported(args: Any) -> None:
-    """One-line ConfigError for what several training processes do not support yet."""
+    """One-line ConfigError for what several training processes do not support yet; with several, this rank also
+    dies with its launcher and releases its process group at exit."""
     if args.world_size > 1:
         die_with_launcher()
+        release_process_group_at_exit()
     if args.world_size > 1 and args.online_difficulty_filtering:
         from verifiers_rl.errors import ConfigError
 
