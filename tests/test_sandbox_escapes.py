@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_rl.sandbox import SandboxLimits, run, run_python
-
 from processes import poll_until
+from verifiers_rl.sandbox import SandboxLimits, run, run_python
 from verifiers_rl.sandbox.runtimes import probe_bwrap
 
 WHY = probe_bwrap()

@@ -17,6 +17,7 @@ Every function here is a no-op with one process (no process group), so the singl
 
 from __future__ import annotations
 
+import functools
 import pickle
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -163,21 +164,15 @@ def die_with_launcher() -> None:
         pass
 
 
+@functools.cache  # registered once per process
 def release_process_group_at_exit() -> None:
     """Destroy the default process group when the interpreter exits, while Python is still whole. Left to
     finalization, gloo's worker threads can abort a rank that finished its run (SIGABRT, "terminate called without
     an active exception"), and torchrun then reports the run as failed. Registered once; a no-op when the group is
     already gone (the user destroyed it)."""
-    global _release_registered
-    if _release_registered:
-        return
-    _release_registered = True
     import atexit
 
     atexit.register(_destroy_process_group)
-
-
-_release_registered = False
 
 
 def _destroy_process_group() -> None:
