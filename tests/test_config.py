@@ -100,23 +100,32 @@ def test_wandb_table_keeps_other_integrations(tmp_path, monkeypatch):
 
 def test_sampling_args(tmp_path):
     cfg = make(tmp_path)
-    assert cfg.sampling_args() == {"temperature": 1.0, "top_p": 1.0}
+    # every knob named, at its neutral value when off: no server fills one from the checkpoint's generation config
+    assert cfg.sampling_args() == {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0,
+                                   "frequency_penalty": 0.0,
+                                   "extra_body": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}}
     # max_tokens None: whatever the prompt leaves of max_seq_len, 2048 - 100 = 1948
     assert cfg.sampling_args(prompt_len=100)["max_tokens"] == 1948
     cfg = make(
         tmp_path, temperature=0.7, top_p=0.9, max_tokens=128, max_seq_len=200, max_prompt_len=100,
-        top_k=20, min_p=0.05, repetition_penalty=1.1, eval_temperature=0.0,
+        top_k=20, min_p=0.05, eval_temperature=0.0,
     )
     assert cfg.sampling_args() == {
         "temperature": 0.7,
         "top_p": 0.9,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
         "max_tokens": 128,
-        "extra_body": {"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1},
+        "extra_body": {"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.0},
     }
     # capped so prompt + completion fit: min(128, 200 - 90) = 110
     assert cfg.sampling_args(prompt_len=90)["max_tokens"] == 110
     assert cfg.sampling_args(for_eval=True)["temperature"] == 0.0
-    assert "extra_body" not in make(tmp_path, top_k=-1).sampling_args()
+    assert make(tmp_path, top_k=-1).sampling_args()["extra_body"]["top_k"] == -1
+    # a penalty the trainer cannot re-apply is one line before anything runs
+    with pytest.raises(ValueError, match="repetition_penalty=1.1: .*set repetition_penalty = 1.0") as err:
+        make(tmp_path, repetition_penalty=1.1)
+    assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="max_seq_len"):
         cfg.sampling_args(prompt_len=200)
 

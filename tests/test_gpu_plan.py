@@ -430,3 +430,31 @@ def test_only_plan_gpus_lays_gpus_out():
     assert found.pop("plan/gpus.py") == ["GPULayout", "default_colocate"]
     assert found.pop("inference/vllm_server.py") == ["plan_gpus"]  # VLLMServerConfig.layout
     assert all(rel.startswith("plan/") and "GPULayout" not in hits for rel, hits in found.items()), found
+
+
+def test_lora_on_data_parallel_replicas_gets_one_api_server_and_the_dry_run_says_so(tmp_path):
+    from verifiers_rl.launching.preview import preview_lines
+
+    resolved, _ = load_run(["@", str(REPO / "configs/vf-rl/reverse-text.toml"), "--output-dir", str(tmp_path / "o"),
+                            "--inference.gpus", "4", "--trainer.gpus", "1",
+                            "--inference.args.tensor-parallel-size", "2"], check_environments=False)
+    lines = preview_lines(resolved, 5, has_vllm=lambda: True)
+    text = "\n".join(lines)
+    assert "LoRA on 2 data-parallel replicas: one API-server process" in text
+    server = next(line for line in lines if line.startswith("vLLM server (started by the trainer)"))
+    assert "--data-parallel-size 2" in server and server.count("--api-server-count 1") == 1
+    assert "--generation-config vllm" in server  # the checkpoint's sampling defaults never reach the sampler
+    sampling = next(line for line in lines if line.startswith("sampling:"))
+    assert "top_k -1" in sampling and "min_p 0" in sampling and "--generation-config vllm" in sampling
+    # more API servers than one with LoRA: one line naming the key, before anything starts
+    bad, _ = load_run(["@", str(REPO / "configs/vf-rl/reverse-text.toml"), "--output-dir", str(tmp_path / "b"),
+                       "--inference.gpus", "4", "--trainer.gpus", "1", "--inference.args.tensor-parallel-size", "2",
+                       "--inference.args.api-server-count", "2"], check_environments=False)
+    with pytest.raises(ConfigError, match="inference.args.api_server_count = 2: with LoRA") as err:
+        preview_lines(bad, 5, has_vllm=lambda: True)
+    assert "\n" not in str(err.value)
+    # without LoRA, vLLM's own layout stays
+    full, _ = load_run(["@", str(REPO / "configs/vf-rl/reverse-text.toml"), "--output-dir", str(tmp_path / "f"),
+                        "--inference.gpus", "4", "--trainer.gpus", "1", "--inference.args.tensor-parallel-size", "2",
+                        "--trainer.args.use-lora", "false"], check_environments=False)
+    assert not any("api-server-count" in line for line in preview_lines(full, 5, has_vllm=lambda: True))

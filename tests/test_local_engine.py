@@ -426,16 +426,23 @@ def test_filter_scores_top_p_and_min_p_by_hand():
     # min_p: a token goes below min_p * (the top probability)
     assert kept(min_p=0.2) == [True, True, True, False]  # 0.05 < 0.1 <= 0.15
     assert kept(min_p=0.61) == [True, False, False, False]  # 0.3 < 0.305
-    # min_p applies to the distribution that top_p left: (0.5, 0.3) renormalized, 0.375 < 0.8 * 0.625
     assert kept(top_p=0.8, min_p=0.8) == [True, False, False, False]
+    # vLLM's order: min_p first, then top_p over what it left. On (0.4, 0.3, 0.2, 0.1), min_p 0.3 drops 0.1; the
+    # rest renormalized (0.44, 0.33, 0.22) has 0.78 >= 0.75 before its third token, which goes too (HF's order,
+    # top_p first, would keep it: 0.7 < 0.75)
+    y = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log()
+    assert torch.isfinite(filter_scores(y, temperature=1.0, top_k=0, top_p=0.75, min_p=0.3))[0].tolist() == [
+        True, True, False, False]
 
 
-def test_filter_scores_match_hf_warpers_in_hf_order():
+def test_filter_scores_match_hf_warpers_in_vllms_order():
+    # vLLM 0.32 applies min_p among its logits processors, then top-k, then top-p (v1/sample/sampler.py); each HF
+    # warper has the same rule, so HF's warpers in that order are the reference
     from transformers import MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(1)) * 3
     want = x
-    for w in (TemperatureLogitsWarper(0.7), TopKLogitsWarper(20), TopPLogitsWarper(0.9), MinPLogitsWarper(0.05)):
+    for w in (TemperatureLogitsWarper(0.7), MinPLogitsWarper(0.05), TopKLogitsWarper(20), TopPLogitsWarper(0.9)):
         want = w(None, want)
     got = filter_scores(x, temperature=0.7, top_k=20, top_p=0.9, min_p=0.05)
     assert torch.equal(torch.isfinite(got), torch.isfinite(want))

@@ -115,3 +115,40 @@ def test_loss_path_at_qwen3_vocabulary_never_holds_a_quarter_of_the_logits():
         lp.sum().backward()
     assert not biggest, biggest[:3]
     assert model.lm_head.weight.grad is not None and torch.isfinite(lp).all()
+
+
+@pytest.mark.parametrize("trunc", [dict(top_p=0.9), dict(top_k=5), dict(min_p=0.2), dict(top_k=7, top_p=0.8,
+                                                                                            min_p=0.05)],
+                         ids=["top_p", "top_k", "min_p", "all"])
+def test_truncated_logprobs_are_the_samplers_over_its_support(trunc):
+    """The trainer scores a truncated sampler's tokens over the support it kept: the same values as the local
+    engine's sampler records (log_softmax of its filtered scores), in chunks, with finite gradients and entropy."""
+    from verifiers_rl.inference.local_sampling import filter_scores
+    from verifiers_rl.plan.sampling import Truncation
+
+    g = torch.Generator().manual_seed(0)
+    B, T, H, V, temp = 3, 9, 16, 40, 0.8
+    hidden = torch.randn(B, T, H, generator=g, requires_grad=True)
+    head = torch.nn.Linear(H, V, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(V, H, generator=g))
+        logits = head(hidden)
+    knobs = dict(top_k=0, top_p=1.0, min_p=0.0) | trunc
+    scores = filter_scores(logits[:, :-1].reshape(-1, V), temperature=temp, **knobs)
+    sampler_lp = torch.log_softmax(scores, -1)
+    # tokens drawn from the truncated distribution, then one position forced outside it
+    drawn = torch.multinomial(sampler_lp.exp(), 1, generator=g).view(B, T - 1)
+    ids = torch.cat([torch.zeros(B, 1, dtype=torch.long), drawn], 1)
+    outside = int(torch.isinf(scores[0]).nonzero()[0])
+    ids[0, 1] = outside
+    lp, ent = hidden_token_logprobs(hidden, head, ids, temp, with_entropy=True, chunk_elements=2 * V,
+                                    truncation=Truncation(**knobs))
+    want = sampler_lp.gather(1, ids[:, 1:].reshape(-1, 1)).view(B, T - 1)
+    assert torch.allclose(lp[:, 1:][1:], want[1:], atol=1e-5)
+    assert torch.allclose(lp[0, 2:], want[0, 1:], atol=1e-5)
+    assert torch.isfinite(lp).all() and torch.isfinite(ent).all()  # the forced token counts in its own support
+    full, _ = hidden_token_logprobs(hidden, head, ids, temp)
+    gap = (lp - full).detach()[:, 1:]
+    assert float(gap.min()) >= -1e-6 and float(gap.max()) > 1e-2  # renormalized over a smaller support
+    lp.sum().backward()
+    assert torch.isfinite(hidden.grad).all() and hidden.grad.abs().sum() > 0

@@ -54,6 +54,21 @@ def test_what_a_merge_cannot_follow_is_served_as_it_is(tiny_model_dir):
     assert merged_copy(_peft(tiny_model_dir, modules_to_save=["lm_head"])) is None
 
 
+def test_a_half_precision_policy_is_served_unmerged_because_a_merge_drops_small_updates(tiny_model_dir):
+    """bf16 base weights (a LoRA policy on a GPU): W + B A * scale rounded to bf16 loses an update below W's rounding
+    step, which PEFT's own path (the trainer's forward) keeps; such a policy is served as it is."""
+    model = _peft(tiny_model_dir).to(torch.bfloat16)
+    assert merged_copy(model) is None
+    layer = model.get_base_model().model.layers[0].self_attn.q_proj
+    w = layer.get_base_layer().weight
+    with torch.no_grad():
+        layer.lora_B["default"].weight.mul_(1e-4)  # a small adapter: early in training
+        delta = layer.get_delta_weight("default")
+        rounded = (w + delta).to(torch.bfloat16) - w  # what a bf16 merge would serve
+    assert float(delta.float().abs().mean()) > 0 and float(rounded.float().abs().mean()) < 0.5 * float(
+        delta.float().abs().mean())  # most of the update is lost in the merge
+
+
 def test_trainer_serves_the_trained_adapter_merged(tiny_model_dir, tmp_path):
     import verifiers_rl as vf
     from datasets import Dataset

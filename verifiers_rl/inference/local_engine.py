@@ -9,7 +9,8 @@ logprobs. A LoRA policy is served as a merged copy (`lora_merge`, through `Local
 Sampling semantics (documented because RL depends on them):
 - Tokens are sampled by our own sampler (`local_sampling.Sampler.choose`) on the last position's logits; HF's
   `generate` and its processors are not involved, so the model's `generation_config` defaults never leak in.
-- Processing order: repetition penalty → min_tokens EOS mask → temperature → top-k → top-p → min-p (HF's order).
+- Processing order: repetition penalty → min_tokens EOS mask → temperature → min-p → top-k → top-p (vLLM's order,
+  the one the trainer scores with: `inference/truncation.py`).
   The logprob returned is log_softmax of the processed scores, i.e. of the distribution actually sampled from,
   so it matches `log_softmax(logits / temperature)` when no filtering is active. With temperature 0 (greedy) it is
   log_softmax of the raw logits.

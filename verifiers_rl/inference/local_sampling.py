@@ -1,8 +1,8 @@
 """What one batched decode call of the local engine (`local_decode.decode`) samples, and where each row stops.
 
-Pure tensor math over scores and token ids, testable without a model: `filter_scores` (temperature, top-k,
-top-p, min-p), `Sampler` (samples and records logprobs), `row_generators` (seeds), `StopCriteria` (EOS, per-row
-max_tokens, stop strings) and `final_text` (the content a stop string leaves). `Sampler` and `StopCriteria` keep
+Pure tensor math over scores and token ids, testable without a model: `filter_scores` (temperature, then
+min-p, top-k, top-p as vLLM), `Sampler` (samples and records logprobs), `row_generators` (seeds),
+`StopCriteria` (EOS, per-row max_tokens, stop strings) and `final_text` (the content a stop string leaves). `Sampler` and `StopCriteria` keep
 HF's LogitsProcessor / StoppingCriteria call forms, so the same objects also work inside an HF `generate` (tests
 drive them in that form, without a model).
 The semantics are documented in `local_engine`'s docstring.
@@ -19,29 +19,17 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
+from verifiers_rl.inference.truncation import truncate
+from verifiers_rl.plan.sampling import Truncation
+
 # (rows, generator): rows is None for "every row of the batch"
 RngGroups = list[tuple[torch.Tensor | None, torch.Generator]]
 
 
 def filter_scores(x: torch.Tensor, *, temperature: float, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
-    """Temperature → top-k → top-p → min-p (HF's order) on (B, V) float scores; filtered tokens become -inf."""
-    x = x / temperature
-    V = x.shape[-1]
-    if 0 < top_k < V:
-        kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        probs = torch.softmax(sorted_x, dim=-1)
-        # drop a token once the mass before it already reaches top_p (the top token always stays)
-        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
-        drop_sorted[:, 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter_(1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
-    if min_p > 0.0:
-        probs = torch.softmax(x, dim=-1)
-        x = x.masked_fill(probs < min_p * probs.amax(-1, keepdim=True), float("-inf"))
-    return x
+    """Temperature, then the truncation (min-p, top-k, top-p: vLLM's order, the rule the trainer scores with) on
+    (B, V) float scores; filtered tokens become -inf."""
+    return truncate(x / temperature, Truncation(top_k=max(top_k, 0), top_p=top_p, min_p=min_p))
 
 
 def sample(lp: torch.Tensor, rng_groups: RngGroups) -> torch.Tensor:

@@ -6,7 +6,10 @@ refreshed from the policy at every weight sync (the same moment a vLLM server wo
 policy's own base weights are never touched, so training and resume stay exact.
 
 Only plain LoRA on `nn.Linear` layers qualifies (no DoRA, no LoRA bias, no trainable weights outside the
-adapters, nothing merged already), on CPU or on a GPU with room for the copy; anything else is served as it is.
+adapters, nothing merged already), with fp32 base weights, on CPU or on a GPU with room for the copy; anything
+else is served as it is. Half-precision base weights (bf16 on a GPU) are served unmerged: `W + B A * scale` rounded
+to bf16 loses every update below W's rounding step (NeMo-RL issue #3696), while PEFT's own path computes
+`W x + B (A x) * scale`, exactly what the trainer's forward computes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 def _lora_layers(model: Any) -> list[tuple[str, Any]] | None:
     """(name, layer) of every LoRA layer under the PEFT model's base model, or None if `model` does not qualify."""
     try:
+        import torch
         from peft import PeftModel
         from peft.tuners.lora import LoraLayer
         from peft.tuners.lora.layer import Linear as LoraLinear
@@ -35,6 +39,8 @@ def _lora_layers(model: Any) -> list[tuple[str, Any]] | None:
             return None
     if any(p.requires_grad and "lora_" not in n for n, p in model.named_parameters()):
         return None  # e.g. modules_to_save: trained weights the merged copy would not follow
+    if any(m.get_base_layer().weight.dtype != torch.float32 for _, m in layers):
+        return None  # a merge rounded to half precision drops small updates: served unmerged
     return layers
 
 

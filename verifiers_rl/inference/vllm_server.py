@@ -36,6 +36,7 @@ from verifiers_rl.plan.hardware import (  # noqa: F401  (find_vllm_python, healt
     gpu_count,
     health_ok,
 )
+from verifiers_rl.plan.sampling import SERVER_FLAGS, lora_server_args
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 # Shown inside backquotes: the installed package's command, then the clone's script (a wrapper of the same code).
@@ -121,6 +122,9 @@ def build_command(cfg: VLLMServerConfig, python: str, port: int, layout: GPULayo
     if "logprobs-mode" not in user:
         # vLLM's default returns logprobs from before temperature; the trainer's are of logits / temperature.
         cmd += ["--logprobs-mode", "processed_logprobs"]
+    if "generation-config" not in user:
+        # sampling defaults from vLLM, not the checkpoint's generation config (plan/sampling.py says why)
+        cmd += list(SERVER_FLAGS)
     if cfg.served_model_name and "served-model-name" not in user:
         cmd += ["--served-model-name", cfg.served_model_name]
     if cfg.enable_lora:
@@ -142,6 +146,11 @@ def build_command(cfg: VLLMServerConfig, python: str, port: int, layout: GPULayo
     dp = data_parallel_size(len(layout.inference), cfg.args)
     if dp > 1 and "data-parallel-size" not in user:
         cmd += ["--data-parallel-size", str(dp)]
+    try:  # LoRA on several replicas: one API-server process (plan/sampling.py)
+        if "api_server_count" in lora_server_args(cfg.args, dp, cfg.enable_lora) and "api-server-count" not in user:
+            cmd += ["--api-server-count", "1"]
+    except ValueError as e:
+        raise VLLMLaunchError(str(e)) from None
     if layout.colocated and "gpu-memory-utilization" not in user:
         cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization or DEFAULT_COLOCATED_GPU_MEMORY)]
     elif cfg.gpu_memory_utilization is not None and "gpu-memory-utilization" not in user:

@@ -24,6 +24,7 @@ from verifiers_rl.plan.gpus import (
     visible_devices,
 )
 from verifiers_rl.plan.inference import InferencePlan, plan_inference, resolve_backend, running_server
+from verifiers_rl.plan.sampling import lora_layout_line, lora_server_args, sampling_plan
 
 PLAN_FILE = "plan.json"
 CPU_CONFIG = "configs/vf-rl/quickstart.toml"
@@ -41,6 +42,7 @@ class RunPlan:
     trainer_env: dict[str, str] = field(default_factory=dict)
     server: dict[str, Any] | None = None    # VLLMServerConfig fields of the server the trainer starts
     precision: dict[str, str] = field(default_factory=dict)  # plan/precision.py's Precision: train, server_dtype
+    sampling: dict[str, Any] = field(default_factory=dict)   # plan/sampling.py's SamplingPlan: what the sampler gets
 
     # what the console and the tests ask most
     @property
@@ -246,7 +248,10 @@ def plan_launch(cfg: Any, gpus_visible: int, has_vllm: Callable[[], bool] | None
     _processes(plan, cfg)
     _precision(plan, cfg, args)
     if plan.start_server:
-        plan.server = server_settings(cfg, plan, output_dir)
+        plan.server = server_settings(cfg, plan, output_dir, use_lora=bool(args.use_lora))
+    sampling = sampling_plan(args, start_server=plan.start_server)
+    plan.sampling = sampling.to_dict()
+    plan.lines.append(sampling.line())
     return plan
 
 
@@ -304,9 +309,11 @@ def _processes(plan: RunPlan, cfg: Any = None) -> None:
                           f"step's groups; {sharding}")
 
 
-def server_settings(cfg: Any, plan: RunPlan, output_dir: str | Path | None) -> dict[str, Any]:
+def server_settings(cfg: Any, plan: RunPlan, output_dir: str | Path | None, *, use_lora: bool = False
+                    ) -> dict[str, Any]:
     """[inference] + the planned GPUs → the VLLMServerConfig fields of the server the trainer starts. Its devices
-    are named as the parent names them (`visible_devices`): the trainer process that starts it sees only its own."""
+    are named as the parent names them (`visible_devices`): the trainer process that starts it sees only its own.
+    LoRA on several data-parallel replicas gets one API-server process (plan/sampling.py), said in the plan."""
     inf = cfg.inference
     args = dict(inf.args)
     env: dict[str, str] = dict(inf.env)
@@ -320,8 +327,13 @@ def server_settings(cfg: Any, plan: RunPlan, output_dir: str | Path | None) -> d
             dp = data_parallel_size(len(plan.server_gpus), args)
             if dp > 1:
                 args["data_parallel_size"] = dp
-    except VLLMLaunchError as e:
+        replicas = data_parallel_size(len(plan.server_gpus), args)
+        args = lora_server_args(args, replicas, use_lora)
+    except (VLLMLaunchError, ValueError) as e:
         raise ConfigError(str(e)) from None
+    layout_line = lora_layout_line(replicas, use_lora)
+    if layout_line:
+        plan.lines.append(layout_line)
     if not plan.gpus_visible and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         # vLLM on the CPU reserves most of the machine's memory for its KV cache by default: 1 GiB unless told
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

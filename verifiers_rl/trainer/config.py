@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from transformers import TrainingArguments
 
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
+from verifiers_rl.plan.sampling import training_problem
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.settings import check_advantage
 from verifiers_rl.trainer.buffer import BufferConfig
@@ -108,10 +109,15 @@ class RLConfig(CheckpointSettings, TrainingArguments):
                                        "sampling, the trainer's log-probs at temperature 1 (a group's greedy rollouts "
                                        "are alike: rl learns little; opd/sft can)"}
     )
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling threshold in (0, 1]."})
-    top_k: int | None = field(default=None, metadata={"help": "Top-k sampling; None or -1 disables it."})
-    min_p: float = field(default=0.0, metadata={"help": "Min-p sampling threshold; 0 disables it."})
-    repetition_penalty: float = field(default=1.0, metadata={"help": "Repetition penalty; 1.0 disables it."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling threshold in (0, 1]; below 1 the trainer "
+                                                        "scores over the same nucleus."})
+    top_k: int | None = field(default=None, metadata={"help": "Top-k sampling; None or -1 disables it. The trainer "
+                                                              "scores over the same top k (docs/vllm.md)."})
+    min_p: float = field(default=0.0, metadata={"help": "Min-p sampling threshold; 0 disables it. The trainer scores "
+                                                        "over the same support."})
+    repetition_penalty: float = field(
+        default=1.0, metadata={"help": "Repetition penalty; only 1.0 (off) trains: the trainer's log-probs cannot "
+                                       "re-apply it."})
 
     # --- Rollouts ----------------------------------------------------------------------------------------------------
     max_concurrent: int = field(default=1024, metadata={"help": "Max rollouts in flight at once."})
@@ -349,6 +355,11 @@ class RLConfig(CheckpointSettings, TrainingArguments):
             _fail(f"eval_temperature={self.eval_temperature} must be >= 0 (0 is greedy) or None")
         if not 0 < self.top_p <= 1:
             _fail(f"top_p={self.top_p} must be in (0, 1]")
+        if not 0 <= self.min_p <= 1:
+            _fail(f"min_p={self.min_p} must be in [0, 1] (0: off)")
+        problem = training_problem(self.repetition_penalty)
+        if problem:
+            _fail(problem)
         if self.max_tokens is not None and (self.max_tokens < 1 or self.max_tokens >= self.max_seq_len):
             _fail(
                 f"max_tokens={self.max_tokens} must be in [1, max_seq_len={self.max_seq_len}); raise max_seq_len or "

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from verifiers_rl.inference.truncation import keep_mask
+
 DEFAULT_CHUNK_ELEMENTS = 1 << 23
 """Logit elements per chunk (32 MiB in fp32; rounded up to whole rows): 56 rows at Qwen3's 151,936 vocabulary."""
 
@@ -26,19 +28,24 @@ def _needs_upcast(t: torch.Tensor) -> bool:
 
 
 def _chunk_logprobs(head: Callable, h: torch.Tensor, y: torch.Tensor, temperature: float,
-                    entropy_out: list | None) -> torch.Tensor:
+                    entropy_out: list | None, truncation: Any = None) -> torch.Tensor:
     logits = head(h)
     if _needs_upcast(logits):
         logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
+    if truncation is not None and truncation.active:
+        # the sampler drew from a truncated support: score over the same one (the sampled token always in it)
+        with torch.no_grad():
+            keep = keep_mask(logits.detach(), truncation).scatter_(-1, y.unsqueeze(-1), True)
+        logits = logits.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(logits, dim=-1)
     lp = logits.gather(-1, y.unsqueeze(-1)).squeeze(-1) - lse
     if entropy_out is not None and not entropy_out:
         # Entropy is a metric: computed once, without grad (checkpoint's recompute in backward skips it).
         with torch.no_grad():
             p = torch.exp(logits - lse.unsqueeze(-1))
-            entropy_out.append(lse - (p * logits).sum(-1))
+            entropy_out.append(lse - torch.where(p > 0, p * logits, 0.0).sum(-1))
     return lp
 
 
@@ -51,12 +58,15 @@ def hidden_token_logprobs(
     mask: torch.Tensor | None = None,
     with_entropy: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    truncation: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs of ``input_ids`` [B, T] from the last hidden states [B, T, H] and the output ``head``.
 
     Same alignment and scaling as :func:`token_logprobs_and_entropy`: ``out[:, t] = log p(input_ids[:, t] | < t)``
     under ``softmax(head(hidden[:, t-1]) / temperature)``, ``out[:, 0] = 0``. With ``mask`` [B, T] only the true
-    positions are computed (the others are 0): pass the loss mask to skip prompt tokens entirely. Returns
+    positions are computed (the others are 0): pass the loss mask to skip prompt tokens entirely. With an active
+    ``truncation`` (`plan.sampling.Truncation`), the distribution is the sampler's truncated one, renormalized
+    over its support (`inference/truncation.py`), and so is the entropy. Returns
     ``(logprobs [B, T] fp32 for half-precision heads, entropy [B, T] detached or None)``.
     """
     if hidden.ndim != 3 or input_ids.ndim != 2 or hidden.shape[:2] != input_ids.shape:
@@ -67,12 +77,13 @@ def hidden_token_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     B, T, H = hidden.shape
     source = torch.arange(B * T, device=hidden.device).view(B, T)
-    return _scored(hidden.reshape(-1, H), source, head, input_ids, temperature, mask, with_entropy, chunk_elements)
+    return _scored(hidden.reshape(-1, H), source, head, input_ids, temperature, mask, with_entropy, chunk_elements,
+                   truncation)
 
 
 def _scored(flat_hidden: torch.Tensor, source: torch.Tensor, head: Callable, input_ids: torch.Tensor,
-            temperature: float, mask: torch.Tensor | None, with_entropy: bool, chunk_elements: int
-            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+            temperature: float, mask: torch.Tensor | None, with_entropy: bool, chunk_elements: int,
+            truncation: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`hidden_token_logprobs` where position (b, t)'s hidden state is row ``source[b, t]`` of ``flat_hidden``."""
     B, T = input_ids.shape
     src = source[:, :-1].reshape(-1)
@@ -96,7 +107,7 @@ def _scored(flat_hidden: torch.Tensor, source: torch.Tensor, head: Callable, inp
     ents: list[torch.Tensor] = []
     for s in range(0, n, step):
         holder: list | None = [] if with_entropy else None
-        args = (head, rows[s:s + step], targets[s:s + step], temperature, holder)
+        args = (head, rows[s:s + step], targets[s:s + step], temperature, holder, truncation)
         lps.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if grad else _chunk_logprobs(*args))
         if holder:
             ents.append(holder[0])
@@ -119,6 +130,7 @@ def token_logprobs_and_entropy(
     input_ids: torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    truncation: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of ``input_ids`` under ``softmax(logits / temperature)``.
 
@@ -138,7 +150,8 @@ def token_logprobs_and_entropy(
         raise ValueError(
             f"expected logits [B, T, V] and input_ids [B, T], got {tuple(logits.shape)} and {tuple(input_ids.shape)}"
         )
-    return hidden_token_logprobs(logits, _identity, input_ids, temperature, with_entropy=with_entropy)
+    return hidden_token_logprobs(logits, _identity, input_ids, temperature, with_entropy=with_entropy,
+                                 truncation=truncation)
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:
@@ -211,17 +224,20 @@ def policy_token_logprobs(
     with_entropy: bool = False,
     prompt_lens: list[int] | None = None,
     pad_id: int = 0,
+    truncation: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the (possibly PEFT/DDP-wrapped) causal LM and return its per-token log-probs (and entropy) at the
     `mask` positions, as :func:`hidden_token_logprobs`. The forward goes through `model` itself (wrappers'
     hooks apply) and asks for the logits of the last position only; the head runs chunk by chunk.
 
     With ``prompt_lens`` (row b's first ``prompt_lens[b]`` tokens are its prompt), rows that share a prompt run
-    as one packed row (`prefix_packing`) when the model takes a 4D mask and packing pays; same results."""
+    as one packed row (`prefix_packing`) when the model takes a 4D mask and packing pays; same results.
+    ``truncation``: the sampler's truncated support (see :func:`hidden_token_logprobs`)."""
     head = _output_head(model)
     if head is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        lp, ent = token_logprobs_and_entropy(logits, input_ids, temperature, with_entropy=with_entropy)
+        lp, ent = token_logprobs_and_entropy(logits, input_ids, temperature, with_entropy=with_entropy,
+                                             truncation=truncation)
         if mask is not None:  # same contract as the chunked path: zeros off the mask
             keep = mask.clone()
             keep[:, 0] = False
@@ -238,12 +254,12 @@ def policy_token_logprobs(
     if packed is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
         return hidden_token_logprobs(out.hidden_states[-1], head, input_ids, temperature, mask=mask,
-                                     with_entropy=with_entropy)
-    return _packed_logprobs(model, head, packed, input_ids, temperature, mask, with_entropy)
+                                     with_entropy=with_entropy, truncation=truncation)
+    return _packed_logprobs(model, head, packed, input_ids, temperature, mask, with_entropy, truncation)
 
 
 def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_ids: torch.Tensor,
-                     temperature: float, mask: torch.Tensor | None, with_entropy: bool
+                     temperature: float, mask: torch.Tensor | None, with_entropy: bool, truncation: Any = None
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     if packed.attention_mask is not None:
         out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
@@ -260,7 +276,7 @@ def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_
                                   "_attn_implementation")
     hidden = out.hidden_states[-1]
     return _scored(hidden.reshape(-1, hidden.shape[-1]), packed.source, head, input_ids, temperature, mask,
-                   with_entropy, DEFAULT_CHUNK_ELEMENTS)
+                   with_entropy, DEFAULT_CHUNK_ELEMENTS, truncation)
 
 
 def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,

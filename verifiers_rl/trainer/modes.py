@@ -72,6 +72,14 @@ def logprob_temperature(temperature: float) -> float:
     return temperature if temperature > 0 else 1.0
 
 
+def sampler_truncation(args: Any) -> Any:
+    """The support the policy's sampler keeps (top_k / top_p / min_p): the trainer's log-probs, entropy and the
+    reference's are taken over it (plan/sampling.py)."""
+    from verifiers_rl.plan.sampling import truncation_of
+
+    return truncation_of(args.temperature, args.top_k, args.top_p, args.min_p)
+
+
 class RLMode:
     """``rl``; also the base of the distillation modes (same rollouts and batching, another loss)."""
 
@@ -82,6 +90,7 @@ class RLMode:
         self.args = trainer.args
         # the policy's log-probs match its sampling distribution; greedy (0) reports the raw one, as vLLM does
         self.temperature = logprob_temperature(self.args.temperature)
+        self.truncation = sampler_truncation(self.args)
         from verifiers_rl.trainer.losses.settings import resolve_loss
 
         # the loss this mode's inputs go to (trainer/losses/: loss.type, or the mode's own)
@@ -123,10 +132,11 @@ def reference_logprobs(trainer: Any, model: Any, mb: Any) -> Any:
 
     with torch.no_grad():
         args = (mb.input_ids, mb.attention_mask, logprob_temperature(trainer.args.temperature))
+        trunc = sampler_truncation(trainer.args)
         if trainer.ref_model is not None:
-            return policy_token_logprobs(trainer.ref_model, *args, mask=mb.loss_mask)[0]
+            return policy_token_logprobs(trainer.ref_model, *args, mask=mb.loss_mask, truncation=trunc)[0]
         with trainer.accelerator.unwrap_model(model).disable_adapter():
-            return policy_token_logprobs(model, *args, mask=mb.loss_mask)[0]
+            return policy_token_logprobs(model, *args, mask=mb.loss_mask, truncation=trunc)[0]
 
 
 class OPDMode(RLMode):
@@ -175,6 +185,7 @@ class SFTMode(RLMode):
         super().__init__(trainer)
         self.teacher = teacher
         self.temperature = 1.0  # cross-entropy of the policy itself, whatever temperature the teacher sampled at
+        self.truncation = None
 
     def generation(self, client: Any, model_name: Any) -> tuple[Any, Any]:
         from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_rl.plan.sampling import request_sampling
+
 
 def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None = None) -> dict[str, Any]:
     """Sampling parameters for a chat-completions request (see ``RLConfig.sampling_args``).
 
     ``for_eval`` uses ``eval_temperature`` when set. With ``prompt_len``, ``max_tokens`` is capped so prompt +
     completion fit in ``max_seq_len``; without it and with ``max_tokens=None``, ``max_tokens`` is left out (the
-    server's limit applies). vLLM-only knobs go in ``extra_body``, and only when they differ from the defaults.
+    server's limit applies). vLLM-only knobs go in ``extra_body``; every knob is named, at its neutral value when off.
     """
     temperature = config.temperature
     if for_eval and config.eval_temperature is not None:
         temperature = config.eval_temperature
-    args: dict[str, Any] = {"temperature": temperature, "top_p": config.top_p}
+    # every sampling parameter named, off ones at their neutral value: a server must not fill them from the
+    # checkpoint's generation config (plan/sampling.py)
+    args, extra_body = request_sampling(temperature, config.top_p, config.top_k, config.min_p,
+                                        config.repetition_penalty)
 
     max_tokens = config.max_tokens
     if prompt_len is not None:
@@ -28,14 +33,5 @@ def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None
         max_tokens = room if max_tokens is None else min(max_tokens, room)
     if max_tokens is not None:
         args["max_tokens"] = max_tokens
-
-    extra_body: dict[str, Any] = {}
-    if config.top_k is not None and config.top_k != -1:
-        extra_body["top_k"] = config.top_k
-    if config.min_p != 0.0:
-        extra_body["min_p"] = config.min_p
-    if config.repetition_penalty != 1.0:
-        extra_body["repetition_penalty"] = config.repetition_penalty
-    if extra_body:
-        args["extra_body"] = extra_body
+    args["extra_body"] = extra_body
     return args

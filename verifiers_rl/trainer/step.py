@@ -111,7 +111,8 @@ class StepRunner:
                 where = mb.attention_mask.bool() if args.enable_token_export or not any(
                     any(x.loss_mask) for x in mb_samples) else mb.loss_mask
                 lp, ent = policy_token_logprobs(model, mb.input_ids, mb.attention_mask, tr.mode.temperature,
-                                                mask=where, with_entropy=want_entropy, **self.packing(model, mb))
+                                                mask=where, with_entropy=want_entropy, truncation=tr.mode.truncation,
+                                                **self.packing(model, mb))
                 # Environment tokens trained with mask_env_responses=False have no sampling logprob: ratio 1.
                 sampling = torch.where(mb.env_mask & mb.loss_mask, lp.detach(), mb.sampling_logprobs)
                 out = tr.mode.loss(model, mb, lp, sampling, total_tokens)  # rl: compute_loss; opd/sft: distill_loss
