@@ -14,6 +14,8 @@ Checks (in the order they run):
   plans       configs/vf-rl/*.toml: `vf-rl @ CONFIG --dry-run --gpus 1`, and the launch plan on this machine's GPUs
   quickstart  `vf-rl @ configs/vf-rl/quickstart.toml` cut to 20 warm-up / 3 RL steps: exit 0, finite metrics, device
   rl-steps    2-step RLTrainer runs on a Qwen3-0.6B-shaped random model, bf16: LoRA, LoRA + checkpointing, full
+  sampling    1-step LoRA runs, bf16, a model whose generation_config carries top_k 2: the trainer's log-probs of the
+              sampled tokens equal the sampler's untruncated, with top_p 0.9 and with top_k 5
   engine      local engine vs HF generate tokens/s, 64 prompts x 128 tokens, 0.6B shape, bf16 (target >= 2x)
   memory-4b   peak memory of one LoRA training step of a Qwen3-4B-shaped model as alphabet-sort.toml trains it
   fsdp        torchrun --nproc_per_node 1: RLTrainer with fsdp="full_shard", FSDP2: parameters are DTensors on cuda
@@ -39,12 +41,13 @@ CHECKS = {
     "plans": ((25, 90), (30, 90)),
     "quickstart": ((60, 180), (40, 150)),
     "rl-steps": ((60, 150), (30, 120)),
+    "sampling": ((50, 120), (30, 100)),
     "engine": ((30, 90), (10, 60)),
     "memory-4b": ((30, 120), (10, 60)),
     "fsdp": ((30, 120), (25, 90)),
     "trl": ((100, 200), (40, 120)),
 }
-SUMMARY_ORDER = ["plans", "quickstart", "rl-steps", "engine", "trl", "memory-4b", "fsdp"]
+SUMMARY_ORDER = ["plans", "quickstart", "rl-steps", "sampling", "engine", "trl", "memory-4b", "fsdp"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,7 +94,7 @@ def _call(name: str, ctx, cap: float):
     import importlib
 
     mod = importlib.import_module("gpu_checks." + {"plans": "plans", "quickstart": "quickstart", "rl-steps": "rl_steps",
-                                   "engine": "engine", "memory-4b": "memory", "fsdp": "fsdp",
+                                   "sampling": "sampling", "engine": "engine", "memory-4b": "memory", "fsdp": "fsdp",
                                    "trl": "trl_speed"}[name])
     if name in ("quickstart", "fsdp"):  # child processes: their own timeout, a little inside the check's
         return mod.check(ctx, timeout=max(10.0, cap - 5))

@@ -122,6 +122,11 @@ def test_sampling_args(tmp_path):
     assert cfg.sampling_args(prompt_len=90)["max_tokens"] == 110
     assert cfg.sampling_args(for_eval=True)["temperature"] == 0.0
     assert make(tmp_path, top_k=-1).sampling_args()["extra_body"]["top_k"] == -1
+    # an sft teacher (any OpenAI-compatible API) is sent only the knobs that are on
+    from verifiers_rl.plan.sampling import without_neutral
+
+    assert without_neutral(make(tmp_path).sampling_args()) == {"temperature": 1.0, "top_p": 1.0}
+    assert without_neutral(cfg.sampling_args())["extra_body"] == {"top_k": 20, "min_p": 0.05}
     # a penalty the trainer cannot re-apply is one line before anything runs
     with pytest.raises(ValueError, match="repetition_penalty=1.1: .*set repetition_penalty = 1.0") as err:
         make(tmp_path, repetition_penalty=1.1)

@@ -97,6 +97,31 @@ def test_a_step_that_trains_nothing_warns_and_three_in_a_row_stop_the_run(tiny_m
     assert "warning: step 2 trained nothing" in out and trainer.state.global_step == 3
 
 
+def test_a_run_whose_every_step_errored_is_a_failure_not_a_success(tiny_model_dir, tmp_path):
+    """Two steps (below the three-in-a-row stop) whose rollouts all errored: train() raises, naming how many
+    errored and the first error's last line (vf-rl turns it into exit code 1)."""
+    import verifiers_rl as vf
+    from verifiers_rl.errors import TrainingStalledError
+
+    class Broken(vf.SingleTurnEnv):
+        async def rollout(self, *args, **kwargs):
+            raise RuntimeError("while calling the tool server\nConnectionRefusedError: tool server is down")
+
+    env = Broken(dataset=[{"question": w, "answer": w} for w in ("a", "b")], rubric=vf.Rubric(funcs=[lambda c: 1.0]))
+    args = vf.RLConfig(output_dir=str(tmp_path / "rl"), max_steps=2, batch_size=4, rollouts_per_example=2,
+                       micro_batch_size=4, max_tokens=4, save_steps=100, logging_steps=1, sample_log_interval=0,
+                       disable_tqdm=True, seed=0)
+    trainer = vf.RLTrainer(str(tiny_model_dir), env, args)
+    try:
+        with pytest.raises(TrainingStalledError) as e:
+            trainer.train()
+    finally:
+        trainer.close()
+    assert str(e.value).startswith("no step of 2 trained anything: errored: 4 of 4 rollouts errored (first: "
+                                   "ConnectionRefusedError: tool server is down)"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
 def test_a_step_with_tokens_resets_the_count():
     from types import SimpleNamespace
 

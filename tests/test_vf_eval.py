@@ -144,3 +144,31 @@ def test_classic_verifiers_environment_runs_unchanged_and_raising_reward_is_coun
     assert "errors/reward_funcs" in r.stderr
     n_errors = sum(1 for row in rows if row["reward_errors"])
     assert f"{n_errors}" in r.stderr.split("errors/reward_funcs")[1].split("\n")[0]
+
+
+BROKEN_ENV = """
+import verifiers as vf
+
+
+class Broken(vf.SingleTurnEnv):
+    async def rollout(self, *args, **kwargs):
+        raise RuntimeError("while calling the tool server\\nConnectionRefusedError: tool server is down")
+
+
+def zero(completion):
+    return 0.0
+
+
+def load_environment(**kwargs):
+    return Broken(dataset=[{"question": w, "answer": w} for w in ("a", "b", "c")], rubric=vf.Rubric(funcs=[zero]))
+"""
+
+
+def test_an_eval_whose_every_rollout_errored_exits_non_zero_naming_the_errors(tiny_model_dir, tmp_path):
+    (tmp_path / "environments" / "broken").mkdir(parents=True)
+    (tmp_path / "environments" / "broken" / "broken.py").write_text(BROKEN_ENV)
+    r = vf_eval("broken", "-m", tiny_model_dir, "-n", "2", "-r", "2", cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-2000:]
+    assert "4 of 4 rollouts errored (first: ConnectionRefusedError: tool server is down)" in out
+    assert "error: every rollout errored: nothing was measured" in out

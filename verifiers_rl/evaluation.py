@@ -31,6 +31,30 @@ def completion_length(state: dict[str, Any]) -> int:
     return completion_token_count(state)
 
 
+def first_error(states: list[dict[str, Any]]) -> str | None:
+    """The first errored rollout's error as one line: its type and the last line of its message (a traceback's
+    own last line says what went wrong), or None when no rollout errored."""
+    err = next((s.get("error") for s in states if s.get("error")), None)
+    if err is None:
+        return None
+    text = f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1].strip() if lines else type(err).__name__)[:200]
+
+
+def errors_line(states: list[dict[str, Any]]) -> str | None:
+    """'N of M rollouts errored (first: ...)', or None when none did."""
+    n = sum(1 for s in states if s.get("error"))
+    if not n:
+        return None
+    return f"{n} of {len(states)} rollouts errored (first: {first_error(states)})"
+
+
+def all_errored(states: list[dict[str, Any]]) -> bool:
+    """Every rollout errored: an evaluation (or a step) that measured nothing."""
+    return bool(states) and all(s.get("error") for s in states)
+
+
 def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
     """Flat statistics of scored rollouts: reward mean/std, every rubric metric's mean, errors,
     truncation rate, turns, completion length, and how many turns train stitched vs as samples of their own."""

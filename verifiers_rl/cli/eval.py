@@ -115,13 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _close_v1(env)
 
-    from verifiers_rl.evaluation import summarize, write_jsonl
+    from verifiers_rl.evaluation import all_errored, errors_line, summarize, write_jsonl
 
     summary = summarize(states)
     _print_summary(console, args.env_id, model_name, summary)
     if args.output:
         path = write_jsonl(states, args.output)
         console.print(f"wrote {len(states)} rollouts to {path}")
+    errors = errors_line(states)
+    if errors:
+        console.print(errors, markup=False, highlight=False, soft_wrap=True)
+    if all_errored(states):  # an evaluation that measured nothing is a failure
+        console.print("error: every rollout errored: nothing was measured", markup=False, highlight=False)
+        return 1
     return 0
 
 

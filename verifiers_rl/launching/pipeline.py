@@ -140,6 +140,16 @@ def _eval_with_bar(trainer: Any, console: Any, label: str, env: Any, n: int, r: 
         return trainer.eval_states(env, n, r, sampling, on_group_done=lambda g: bar.advance(task, len(g)))
 
 
+def _errors(states: list[dict[str, Any]]) -> str:
+    """'; N of M rollouts errored (first: ...)' for a result line, escaped for rich; '' when none errored."""
+    from rich.markup import escape
+
+    from verifiers_rl.evaluation import errors_line
+
+    line = errors_line(states)
+    return f"; {escape(line)}" if line else ""
+
+
 def _eval_before(trainer: Any, evals: list[EvalSpec], sampling: Any, console: Any,
                  result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     before: dict[str, list[dict[str, Any]]] = {}
@@ -147,7 +157,8 @@ def _eval_before(trainer: Any, evals: list[EvalSpec], sampling: Any, console: An
         states = _eval_with_bar(trainer, console, f"held-out eval before RL ({name})", e, n, r, sampling)
         before[name] = states
         mean = mean_reward(states)
-        console.print(f"[bold]held-out eval before RL[/] ({name}): reward {mean:.4f} on {len(states)} rollouts")
+        console.print(f"[bold]held-out eval before RL[/] ({name}): reward {mean:.4f} on {len(states)} rollouts"
+                      + _errors(states), highlight=False)
         _record_eval(trainer, name, mean, "before")
         result.setdefault("eval_before", mean)
     return before
@@ -160,12 +171,13 @@ def _eval_after(trainer: Any, evals: list[EvalSpec], sampling: Any, console: Any
         if name in before and len(before[name]) == len(after) and after:
             b, a, gain, se = paired_gain(before[name], after)
             console.print(f"[bold]held-out eval after RL[/] ({name}): reward {a:.4f} (before {b:.4f}, "
-                          f"gain {gain:+.4f} ± {se:.4f} paired s.e.)")
+                          f"gain {gain:+.4f} ± {se:.4f} paired s.e.)" + _errors(after), highlight=False)
             if "eval_after" not in result:
                 result.update(eval_after=a, gain=gain, gain_se=se)
         else:
             a = mean_reward(after)
-            console.print(f"[bold]held-out eval after RL[/] ({name}): reward {a:.4f}")
+            console.print(f"[bold]held-out eval after RL[/] ({name}): reward {a:.4f}" + _errors(after),
+                          highlight=False)
             result.setdefault("eval_after", a)
         _record_eval(trainer, name, a, "after")
 

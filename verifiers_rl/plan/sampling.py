@@ -71,6 +71,16 @@ def request_sampling(temperature: float, top_p: float, top_k: int | None, min_p:
     return top, extra
 
 
+def without_neutral(sampling_args: dict[str, Any]) -> dict[str, Any]:
+    """Request arguments without the knobs at their neutral value: for a server whose samples the trainer does not
+    score against their log-probs (an sft teacher, which may be any OpenAI-compatible API, where vLLM's extra keys
+    are refused)."""
+    out = {k: v for k, v in sampling_args.items() if not (k in NEUTRAL and v == NEUTRAL[k])}
+    extra = {k: v for k, v in dict(out.pop("extra_body", None) or {}).items()
+             if not (k in NEUTRAL and v == NEUTRAL[k])}
+    return {**out, "extra_body": extra} if extra else out
+
+
 def training_problem(repetition_penalty: float) -> str | None:
     """Why these sampling settings cannot be trained on (one line), or None."""
     if repetition_penalty != 1.0:

@@ -132,6 +132,7 @@ class RLControlCallback(TrainerCallback):
 
         quiet_bars_end(self._bars)
         self._bars = None
+        self.empty_steps.finish()  # nothing trained at all: train() raises (vf-rl exits 1)
         if state.is_world_process_zero and (Path(args.output_dir) / "metrics.jsonl").exists():
             import threading
 

@@ -36,11 +36,10 @@ def _cause(state: dict[str, Any], args: Any) -> str | None:
 
 
 def _first_error(states: list[dict[str, Any]]) -> str:
-    err = next((s.get("error") for s in states if s.get("error")), None)
-    if err is None:
-        return ""
-    text = f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)
-    return f" (first: {text.splitlines()[0][:160] if text else type(err).__name__})"
+    from verifiers_rl.evaluation import first_error
+
+    first = first_error(states)
+    return f" (first: {first})" if first else ""
 
 
 def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
@@ -74,13 +73,25 @@ class EmptyStepWatch:
     def __init__(self, limit: int = STALL_STEPS):
         self.limit = limit
         self.in_a_row = 0
+        self.steps = 0  # steps checked
+        self.trained = 0  # of which carried a loss token
+        self.last_why: str | None = None
 
     def check(self, step: int, states: list[dict[str, Any]] | None, args: Any, warn: Any) -> None:
         why = diagnose(states or [], args)
+        self.steps += 1
         if why is None:
             self.in_a_row = 0
+            self.trained += 1
             return
+        self.last_why = why
         self.in_a_row += 1
         if self.in_a_row >= self.limit:
             raise TrainingStalledError(f"stopped at step {step}: {self.limit} steps in a row trained nothing: {why}")
         warn(f"step {step} trained nothing: {why}")
+
+    def finish(self) -> None:
+        """At the end of training: a run whose every step trained nothing failed (a 2-step run of errored
+        rollouts must not end as a success)."""
+        if self.steps and not self.trained:
+            raise TrainingStalledError(f"no step of {self.steps} trained anything: {self.last_why}")

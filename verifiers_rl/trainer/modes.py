@@ -100,6 +100,10 @@ class RLMode:
         """The client and model name the orchestrator's rollouts come from: the policy's."""
         return client, model_name
 
+    def sampling_args(self) -> dict[str, Any]:
+        """The rollouts' request arguments: every knob named (plan/sampling.py), the trainer scores them."""
+        return self.args.sampling_args()
+
     def samples(self, states: list[dict[str, Any]], advantages: list[float]) -> list[Any]:
         from verifiers_rl.trainer.batching import build_samples
 
@@ -194,6 +198,13 @@ class SFTMode(RLMode):
                                               allow_empty=self.args.keep_empty_replies)
         name = self.teacher.name
         return teacher, lambda: name
+
+    def sampling_args(self) -> dict[str, Any]:
+        """The teacher's samples are learned from, not scored against its log-probs: neutral knobs left out, so
+        any OpenAI-compatible teacher takes the request."""
+        from verifiers_rl.plan.sampling import without_neutral
+
+        return without_neutral(self.args.sampling_args())
 
     def samples(self, states: list[dict[str, Any]], advantages: list[float]) -> list[Any]:
         from verifiers_rl.trainer.teacher_samples import teacher_samples

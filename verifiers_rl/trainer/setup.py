@@ -102,7 +102,7 @@ def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
     trainer.policy_client = OpenAIChatCompletionsClient(trainer.inference.client, allow_empty=args.keep_empty_replies)
     client, model_name = trainer.mode.generation(trainer.policy_client, trainer.inference.model_name)  # sft: teacher's
     trainer.orchestrator = Orchestrator(
-        trainer.env, client, model_name, args.sampling_args(),
+        trainer.env, client, model_name, trainer.mode.sampling_args(),
         batch_size=args.batch_size, rollouts_per_example=args.rollouts_per_example,
         max_concurrent=args.max_concurrent, seed=args.seed, shuffle=args.shuffle_dataset,
         max_async_level=args.max_async_level, inline=inline, generation_timeout=args.generation_timeout,
