@@ -339,7 +339,8 @@ def test_gpu_assignment_and_backend_choice():
     p = plan({**BASE}, 2, has_vllm=False)
     assert p.backend == "local" and p.trainer_gpus == [0] and "no Python with vLLM found" in p.lines[0]
     p = plan({**BASE, "inference": {"backend": "local"}, "trainer": {"gpus": 0}}, 2)
-    assert p.backend == "local" and p.trainer_gpus == [] and p.lines[-1] == "trainer on the CPU"
+    assert p.backend == "local" and p.trainer_gpus == [] and p.lines[-2] == "trainer on the CPU"
+    assert p.lines[-1].startswith("sampling: every request states")
     p = plan({**BASE, "inference": {"gpus": [2]}, "trainer": {"gpus": [0, 1]}}, 3)
     assert p.server_gpus == [2] and p.trainer_gpus == [0, 1]
 

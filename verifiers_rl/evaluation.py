@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from verifiers_rl.rewards import reward_of
+from verifiers_rl.rewards import is_dropped, reward_of
 
 
 def _mean(xs: list[float]) -> float:
@@ -56,15 +56,18 @@ def all_errored(states: list[dict[str, Any]]) -> bool:
 
 
 def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
-    """Flat statistics of scored rollouts: reward mean/std, every rubric metric's mean, errors,
+    """Flat statistics of scored rollouts (those the environment dropped out of the means, counted in
+    `dropped/rollouts`): reward mean/std, every rubric metric's mean, errors,
     truncation rate, turns, completion length, and how many turns train stitched vs as samples of their own."""
-    rewards = [reward_of(s) for s in states]
+    kept = [s for s in states if not is_dropped(s)]  # a rollout its environment dropped counts in no mean
+    rewards = [reward_of(s) for s in kept]
     out: dict[str, float] = {"reward/mean": _mean(rewards), "reward/std": _std(rewards), "num_rollouts": len(states)}
     names: list[str] = []
-    for s in states:
+    for s in kept:
         names += [k for k in (s.get("metrics") or {}) if k not in names]
     for name in names:
-        out[f"metrics/{name}"] = _mean([float(s["metrics"].get(name, 0.0)) for s in states if s.get("metrics")])
+        out[f"metrics/{name}"] = _mean([float(s["metrics"].get(name, 0.0)) for s in kept if s.get("metrics")])
+    out["dropped/rollouts"] = len(states) - len(kept)
     out["errors/rollouts"] = sum(1 for s in states if s.get("error"))
     out["errors/reward_funcs"] = sum(len(s.get("reward_errors") or {}) for s in states)
     out["is_truncated/mean"] = _mean([float(bool(s.get("is_truncated"))) for s in states])

@@ -3,6 +3,8 @@
 `reward_of`: a missing reward (not scored, crashed before scoring, None) counts as 0.
 `contain_non_finite`: a NaN / inf reward becomes 0 and is recorded like a raising reward function (the rubric
 catches each function's; this catches what an environment's own scoring or verifiers' runtime lets through).
+`is_dropped`: a rollout its environment dropped (verifiers' `Trace.drop()`): left out of reward means, advantage
+baselines and training batches.
 `training_reward`: what a rollout trains with. With `zero_truncated_completions` a truncated rollout's reward is 0;
 advantages and the difficulty buffer both read it here, so a group is filtered under the rewards it trains with.
 """
@@ -21,6 +23,11 @@ def reward_of(item: Any) -> float:
         return 0.0
     value = item.get("reward") if isinstance(item, Mapping) else getattr(item, "reward", None)
     return float(value or 0.0)
+
+
+def is_dropped(state: Any) -> bool:
+    """Whether the environment dropped this rollout (`state["dropped"]`, set from a v1 trace's `dropped`)."""
+    return bool(state.get("dropped")) if isinstance(state, Mapping) else bool(getattr(state, "dropped", False))
 
 
 def training_reward(state: Any, zero_truncated_completions: bool = False) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from verifiers_rl.envs.turn_tokens import step_tokens
-from verifiers_rl.rewards import reward_of
+from verifiers_rl.rewards import is_dropped, reward_of
 
 
 @dataclass
@@ -48,9 +48,12 @@ def prompt_length(state: dict[str, Any]) -> int:
 
 def drop_reason(state: dict[str, Any], max_prompt_len: int | None = None, mask_truncated_completions: bool = False,
                 prompt_len: int | None = None) -> str | None:
-    """Why a rollout keeps its place but carries no loss: "prompt_too_long" (its first prompt, or `prompt_len` when
-    given, over `max_prompt_len`), "errored", "truncated" (with `mask_truncated_completions`); None when it trains.
+    """Why a rollout keeps its place but carries no loss: "dropped" (its environment dropped it), "prompt_too_long"
+    (its first prompt, or `prompt_len` when given, over `max_prompt_len`), "errored", "truncated" (with
+    `mask_truncated_completions`); None when it trains.
     The one rule: build_samples masks these, the empty-step watch names them, the `prompt_too_long` metric counts."""
+    if is_dropped(state):
+        return "dropped"
     n_prompt = prompt_length(state) if prompt_len is None else prompt_len
     if max_prompt_len is not None and n_prompt > max_prompt_len:
         return "prompt_too_long"

@@ -9,7 +9,7 @@ import resource
 from collections import defaultdict
 from typing import Any
 
-from verifiers_rl.rewards import reward_of
+from verifiers_rl.rewards import is_dropped, reward_of
 
 
 def _mean(xs: list[float]) -> float:
@@ -33,7 +33,8 @@ def per_rollout(state: dict[str, Any]) -> dict[str, float]:
             "is_truncated": float(bool(state.get("is_truncated"))),
             "num_turns": float(len(state.get("trajectory") or [])),
             "empty_rollouts": float(is_empty(state)),
-            "errored_rollouts": float(state.get("error") is not None and not is_empty(state))}
+            "errored_rollouts": float(state.get("error") is not None and not is_empty(state)),
+            "kept": not is_dropped(state)}  # a dropped rollout counts in no reward mean
 
 
 def rollout_metrics(states: list[dict[str, Any]], advantages: Any, env: Any = None) -> dict[str, float]:
@@ -52,14 +53,14 @@ def rollout_metrics(states: list[dict[str, Any]], advantages: Any, env: Any = No
         out[f"{name}/all/mean"] = _mean([r[name] for r in rows])
     for env_name, env_rows in by_env.items() if several else ():
         for name in ("reward", "seq_len", "is_truncated", "num_turns", "empty_rollouts", "errored_rollouts"):
-            out[f"{name}/{env_name}/mean"] = _mean([r[name] for r in env_rows])
+            out[f"{name}/{env_name}/mean"] = _mean([r[name] for r in env_rows if name != "reward" or r["kept"]])
     for k, v in summary.items():
         if k.startswith("metrics/"):
             out[f"{k}/mean"] = v
     # the names this project logged first, kept for dashboards and plots that read them
     out.update({k: summary[k] for k in ("errors/rollouts", "errors/reward_funcs", "is_truncated/mean",
                                         "num_turns/mean", "seq_len/completion_mean", "turns/stitched",
-                                        "turns/separate")})
+                                        "turns/separate", "dropped/rollouts")})
     return out
 
 

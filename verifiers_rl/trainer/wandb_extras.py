@@ -8,7 +8,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from verifiers_rl.rewards import reward_of, training_reward
+from verifiers_rl.rewards import is_dropped, reward_of, training_reward
 
 
 def _text(messages: Any) -> str:
@@ -36,7 +36,7 @@ class WandbSamplesCallback(TrainerCallback):
         from verifiers_rl.trainer.advantage_types.settings import advantages_for
 
         rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # what trained
-        advantages = advantages_for(rewards, args.rollouts_per_example, args)
+        advantages = advantages_for(rewards, args.rollouts_per_example, args, [not is_dropped(s) for s in states])
         table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
         for s, a in zip(states, advantages.tolist()):
             prompt = s.get("prompt") or []

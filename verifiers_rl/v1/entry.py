@@ -3,7 +3,8 @@
 
 - classic: `load_environment(**args)` of the id's module (`envs.loading.load_environment_or_one_line`);
 - v1: `args` is the v1 env config (`taskset = {<its config fields>}`, `agent = {harness = {id = ...}, runtime =
-  {type = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`; a folder id (`./my_taskset`, holding
+  {type = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`, plus our `max_tasks` (the first N
+  tasks: needed for an endless taskset); a folder id (`./my_taskset`, holding
   `my_taskset.py` or `my_taskset/__init__.py`) puts that folder on sys.path. No line is printed here: the v1
   environment's first rollout prints the one line naming the v1 API, its version and each seat's harness/runtime.
 
@@ -53,11 +54,15 @@ def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, wh
         require_v1()
     except ModuleNotFoundError as e:
         raise EnvironmentLoadError(f"environment {env_id!r}: {e}") from None
+    max_tasks = args.pop("max_tasks", None)  # ours, not the v1 config's: how many tasks of an endless taskset
+    if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1):
+        raise EnvironmentArgsError(f"environment {env_id!r}: args.max_tasks = {max_tasks!r} must be a whole number "
+                                   ">= 1 (the first tasks of the taskset)")
     data = _v1_config(env_id, args)
     if is_folder_id(env_id):
         path = Path(env_id.strip()).expanduser()
     try:
-        return load_v1_environment(data, path=path, api_note=why)
+        return load_v1_environment(data, path=path, api_note=why, max_tasks=max_tasks)
     except (EnvironmentArgsError, EnvironmentLoadError):
         raise
     except Exception as e:

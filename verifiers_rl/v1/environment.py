@@ -47,7 +47,9 @@ class V1Environment:
         self.sampling_args: dict[str, Any] = {}
         self.rubric = _NoRubric()
         if getattr(env.taskset, "INFINITE", False) and max_tasks is None:
-            raise ValueError(f"v1 taskset {self.env_id!r} is endless: pass max_tasks to train on its first tasks")
+            raise ValueError(f"v1 taskset {self.env_id!r} is endless: take its first N tasks with max_tasks (vf-rl: "
+                             "[env] args.max_tasks = N; vf-eval: --env-args '{\"max_tasks\": N}'; a notebook: "
+                             "load_v1_environment(..., max_tasks=N))")
         self.tasks = _take(env.taskset, max_tasks)
         self.seats = agent_seats(self.config, require_v1())
         # several seats (a multi-agent env): one state per seat from each rollout (envs.rollouts.generate_states)

@@ -8,7 +8,10 @@ mask over the rest), completion_logprobs}`, so `turn_tokens.rollout_tokens` and 
 like any rollout: one branch → one sample whose loss mask is the sampled mask; several branches that are not one
 another's prefix (compaction, subagents) → one sample each. The reward is `trace.reward` (Σ score·weight), the
 metrics are the trace's metrics and each reward's score; a failed episode or trace keeps its place with `error`
-set (no loss; counted in the step's error metrics), as does an episode whose trace is not trainable. A
+set (no loss; counted in the step's error metrics), as does an episode whose trace is not trainable. A trace the
+env dropped (verifiers 0.4.1's `Trace.drop()`) keeps its place with `dropped` set: no loss, and out of the reward
+means and its group's advantage baseline (`rewards.is_dropped`). Branch arrays may be lists (0.4.0) or numpy
+arrays (0.4.1). A
 multi-agent env (several `AgentConfig` seats, e.g. two players) gives one state per seat, each with its own
 trace's reward: `generate_states` lays them out seat by seat, so each advantage group is one task x one seat.
 """
@@ -43,9 +46,17 @@ def model_context(base_url: str, model: str, renderer_model_name: str, sampling_
     return vf.ModelContext(model=model, client=client, sampling=sampling_config(sampling_args))
 
 
+def _plain(values: Any) -> list:
+    """A branch's array as a list of Python numbers: verifiers 0.4.1 makes them numpy arrays (whose items JSON and
+    torch's int lists refuse), 0.4.0 lists."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
 def branch_step(branch: Any) -> dict | None:
     """One trajectory step of ours for a v1 branch; None when nothing in it was sampled."""
-    ids, mask, lps = list(branch.token_ids), [bool(m) for m in branch.sampled_mask], list(branch.logprobs)
+    ids = [int(t) for t in _plain(branch.token_ids)]
+    mask = [bool(m) for m in _plain(branch.sampled_mask)]
+    lps = [float(x) for x in _plain(branch.logprobs)]
     if not any(mask):
         return None
     first = mask.index(True)
@@ -119,4 +130,6 @@ def trace_state(episode: Any, trace: Any, row: dict, seat: str | None = None) ->
         "is_truncated": bool(trace is not None and trace.is_truncated),
         "stop_condition": getattr(trace, "stop_condition", None), "num_turns": trace.num_turns if trace else 0,
         "timing": {}, "v1_episode_id": str(episode.id),
+        # verifiers 0.4.1's Trace.drop(): out of reward means, advantage baselines and training batches
+        "dropped": bool(getattr(trace, "dropped", False)),
     }

@@ -46,7 +46,18 @@ def check_advantage(c: Any) -> None:
     store_back(c, "advantage", spec.name, config, SHARED_KEYS)
 
 
-def advantages_for(rewards: torch.Tensor, group_size: int, args: Any) -> torch.Tensor:
-    """The advantages of a step's ``rewards`` (contiguous groups of ``group_size``) under ``args``' estimator."""
+def advantages_for(rewards: torch.Tensor, group_size: int, args: Any, kept: list[bool] | None = None
+                   ) -> torch.Tensor:
+    """The advantages of a step's ``rewards`` (contiguous groups of ``group_size``) under ``args``' estimator.
+    ``kept`` False marks a rollout its environment dropped: it gets advantage 0 and is left out of its group's
+    baseline (the estimator runs on the group's kept rollouts; fewer than it needs: all 0)."""
     spec, config = resolve_advantage(args)
-    return spec.fn(rewards, group_size, config)
+    if kept is None or all(kept):
+        return spec.fn(rewards, group_size, config)
+    out = torch.zeros_like(rewards, dtype=torch.float32)
+    keep = torch.tensor(kept, dtype=torch.bool)
+    for start in range(0, len(rewards), group_size):
+        idx = torch.arange(start, min(start + group_size, len(rewards)))[keep[start:start + group_size]]
+        if len(idx) >= max(spec.min_group_size, 1):
+            out[idx] = spec.fn(rewards[idx], len(idx), config).float()
+    return out
