@@ -394,8 +394,9 @@ def test_trainer_process_and_vllm_server_config(tmp_path):
     cfg = validate_run_config({**BASE, "inference": {"backend": "vllm", "gpus": 2, "port": 8123,
                                                      "args": {"enforce_eager": True}}, "trainer": {"gpus": 2}})
     sc = plan_launch(cfg, 4, lambda: True, output_dir=tmp_path).server
-    assert sc["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"} and sc["args"] == {"enforce_eager": True,
-                                                                         "data_parallel_size": 2, "dtype": "bfloat16"}
+    # LoRA (the default) on 2 replicas: one API-server process, whose adapter loads reach both (plan/sampling.py)
+    assert sc["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"} and sc["args"] == {
+        "enforce_eager": True, "data_parallel_size": 2, "api_server_count": 1, "dtype": "bfloat16"}
     assert sc["port"] == 8123 and sc["log_path"] == str(tmp_path / "logs" / "inference.log") and not sc["colocate"]
 
 

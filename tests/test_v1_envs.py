@@ -79,9 +79,16 @@ def _theirs(engine, tiny_model_dir) -> list:
 
 
 def test_episodes_match_verifiers_own_run_slot(tiny_model_dir):
+    """Greedy episodes of ours (harness programs started warm, the default) and of verifiers' own driver (a fresh
+    interpreter per program): the same tokens, masks, logprobs and rewards."""
+    from verifiers_rl.v1 import warm_programs
+
     engine = _engine(tiny_model_dir)
+    before = dict(warm_programs.stats)
     ours = _ours(engine)
+    assert warm_programs.stats["warm"] - before["warm"] == 6 and warm_programs.stats["cold"] == before["cold"]
     theirs = _theirs(engine, tiny_model_dir)
+    assert warm_programs.stats["warm"] - before["warm"] == 6  # verifiers' driver ran its programs as it does
     assert len(ours) == len(theirs) == 6
     for state, ep in zip(ours, theirs):
         assert ep.ok and state["error"] is None, (state["error"], ep.errors)

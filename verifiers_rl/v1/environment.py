@@ -39,7 +39,8 @@ class V1Environment:
     """A classic-shaped environment over verifiers' v1 `Env` `env` (built from `config`, its `EnvConfig`)."""
 
     def __init__(self, env: Any, config: Any, *, env_id: str | None = None, renderer_model_name: str | None = None,
-                 eval_tasks: list[Any] | None = None, max_tasks: int | None = None, api_note: str | None = None):
+                 eval_tasks: list[Any] | None = None, max_tasks: int | None = None, api_note: str | None = None,
+                 warm_programs: bool = True):
         self.env, self.config = env, getattr(env, "config", None) or config
         self.api_note = api_note  # why the v1 API was chosen (vf-rl / vf-eval: envs.loading.environment_api)
         self.env_id = env_id or config.taskset.id
@@ -55,6 +56,11 @@ class V1Environment:
         # several seats (a multi-agent env): one state per seat from each rollout (envs.rollouts.generate_states)
         self.agents_per_rollout = max(1, len(self.seats))
         self.eval_tasks = list(eval_tasks) if eval_tasks is not None else self.tasks
+        self.warm_programs = warm_programs and self._on_subprocess_runtime()
+        if self.warm_programs:  # harness programs forked from a warm interpreter (v1/warm_programs.py)
+            from verifiers_rl.v1 import warm_programs as warm
+
+            warm.enable()
         self.serving = EnvServing(env)
         self.endpoint = PolicyEndpoint()
         self._announced = False
@@ -126,7 +132,11 @@ class V1Environment:
 
     async def run_episode(self, task: Any, ctx: Any) -> Any:
         slot = self.env.slots(task, 1)[0]
-        return await self.serving.call(lambda: self.env.run_slot(slot, ctx))
+        if not self.warm_programs:
+            return await self.serving.call(lambda: self.env.run_slot(slot, ctx))
+        from verifiers_rl.v1.warm_programs import in_episode
+
+        return await self.serving.call(lambda: in_episode(True, self.env.run_slot(slot, ctx)))
 
     async def rollout(self, row: dict, client: Any, model: str, sampling_args: dict | None = None) -> dict:
         self._limit(RUN_MAX_SEQ_LEN.get())
@@ -144,9 +154,18 @@ class V1Environment:
                 "answer": "", "info": {}, "completion": [], "trajectory": [], "reward": 0.0, "metrics": {},
                 "reward_errors": {}, "error": None, "is_completed": False, "is_truncated": False, "timing": {}}
 
+    def _on_subprocess_runtime(self) -> bool:
+        """Whether any seat runs on verifiers' subprocess runtime (where harness programs can start warm)."""
+        seats = [getattr(self.config, seat, None) for seat in self.seats]
+        return any(getattr(getattr(s, "runtime", None), "type", None) == "subprocess" for s in seats)
+
     def close(self) -> None:
         self.serving.close()
         self.endpoint.close()
+        if self.warm_programs:
+            from verifiers_rl.v1 import warm_programs as warm
+
+            warm.stop_servers()  # restarted on demand by another v1 environment of this process
 
 
 def load_v1_environment(env: str | dict, taskset_args: dict | None = None, *, path: str | Path | None = None,

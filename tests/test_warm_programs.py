@@ -1,0 +1,90 @@
+"""Harness programs started warm (verifiers_rl/v1/warm_programs.py, warm_server.py): a fork server run by a
+script's interpreter runs the script per request as `python SCRIPT ARGS` would, with the request's environment,
+working directory and arguments, its exit code and output returned, its process group killed when the caller
+cancels, and the modules a run imported lazily imported by the server for the next run. Real processes, this
+venv's Python standing in for a uv script's interpreter (no verifiers needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from verifiers_rl.v1 import warm_programs as warm
+
+SCRIPT = '''
+import json, os, sys
+import email.mime.text  # a top-level import: the server imports it before any request
+if "--sleep" in sys.argv:
+    import time; open("pid", "w").write(str(os.getpid())); time.sleep(60)
+if "CODE" in os.environ:
+    import colorsys  # noqa: F401  imported at run time, as an SDK's transport is at first use
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "flag": os.environ.get("FLAG"),
+                  "path0": sys.path[0], "name": __name__}))
+print("to stderr", file=sys.stderr)
+sys.exit(int(os.environ.get("CODE", "0")))
+'''
+
+
+@pytest.fixture
+def server(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    sock = warm.server_for(sys.executable, str(script), dict(os.environ))
+    assert sock is not None
+    yield sock, script
+    warm.stop_servers()
+
+
+def test_a_warm_run_is_the_script_run_as_a_program(server, tmp_path):
+    sock, script = server
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "FLAG": "on", "CODE": "3"}
+    code, out, err = asyncio.run(warm.run_warm(sock, ["--x", "y z"], env, str(work)))
+    seen = json.loads(out)
+    assert code == 3 and "to stderr" in err
+    assert seen == {"argv": ["--x", "y z"], "cwd": str(work), "flag": "on", "path0": str(tmp_path), "name": "__main__"}
+    # the module the first run imported lazily is imported by the server for the next one
+    learned = open(sock + ".modules").read().split()
+    assert "colorsys" in learned
+    code, _, _ = asyncio.run(warm.run_warm(sock, [], {**os.environ, "CODE": "0"}, str(work)))
+    assert code == 0
+
+
+def test_a_cancelled_run_takes_its_program_with_it(server, tmp_path):
+    sock, _ = server
+
+    async def cancel_after_start():
+        task = asyncio.create_task(warm.run_warm(sock, ["--sleep"], dict(os.environ), str(tmp_path)))
+        for _ in range(200):
+            if (tmp_path / "pid").exists() and (tmp_path / "pid").read_text():
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_after_start())
+    pid = int((tmp_path / "pid").read_text())
+    for _ in range(100):  # the kill is delivered at once; the process table may show it a moment later
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"program {pid} outlived its cancelled run")
+
+
+def test_only_the_uv_script_form_runs_warm():
+    argv = ["sh", "-c", "export ...; exec \"$@\"", "uv-script", "/venv", "/venv/bin/python", "/s/prog.py", "--a"]
+    assert warm.uv_script(argv) == ("/venv", "/venv/bin/python", "/s/prog.py", ["--a"])
+    assert warm.uv_script(["/venv/bin/python", "/s/prog.py"]) is None
+    assert warm.uv_script(["bash", "-c", "ls"]) is None
+    env = warm.activation_env("/venv", {"PATH": "/usr/bin", "HOME": "/h"})
+    assert env["VIRTUAL_ENV"] == "/venv" and env["PATH"].startswith("/venv/bin:/h/.local/bin:")
