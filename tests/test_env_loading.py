@@ -105,3 +105,26 @@ def test_bad_ids_are_one_line():
         vf.load_environment("verifiers-rl/nope")
     with pytest.raises(EnvironmentNotFound, match="has no nope.py"):
         vf.load_environment("./no/such/nope")
+
+
+def test_env_path_reaches_the_processes_the_environment_starts(tmp_path, monkeypatch):
+    """`[env] path` / `--env-path`: the folder is importable here and in child processes (a task-scoped tool server,
+    a harness program), given relative to the working directory."""
+    import os
+    import subprocess
+    import sys
+
+    from verifiers_rl.envs.loading import add_env_path
+
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "my_env_tools.py").write_text("ANSWER = 42\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    add_env_path("tools")
+    add_env_path("tools")  # once is enough
+    assert os.environ["PYTHONPATH"] == f"{tmp_path / 'tools'}{os.pathsep}/somewhere/else"
+    assert sys.path[0] == str(tmp_path / "tools")
+    out = subprocess.run([sys.executable, "-c", "import my_env_tools; print(my_env_tools.ANSWER)"], cwd="/",
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "42", out.stderr

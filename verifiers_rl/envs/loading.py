@@ -175,9 +175,16 @@ API_CHOICES = ("auto", "classic", "v1")
 
 
 def add_env_path(path: str | Path | None) -> None:
-    """`[env] path` / vf-eval's `--env-path`: a directory put first on sys.path (holding the environment's module)."""
-    if path is not None and str(Path(path).expanduser()) not in sys.path:
-        sys.path.insert(0, str(Path(path).expanduser()))
+    """`[env] path` / vf-eval's `--env-path`: a directory put first on sys.path (holding the environment's module),
+    and on PYTHONPATH, so the processes the environment starts (a tool server, a harness program) import it too."""
+    if path is None:
+        return
+    where = str(Path(path).expanduser().resolve())
+    if where not in sys.path:
+        sys.path.insert(0, where)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if where not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([where, *parts])
 
 
 def _exports_v1(module: Any) -> bool:

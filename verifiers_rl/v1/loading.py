@@ -78,9 +78,10 @@ def resolve_config(env: str | dict, taskset_args: dict | None = None) -> Any:
 
 
 def load_env(env: str | dict, taskset_args: dict | None = None, path: str | Path | None = None) -> Any:
-    """(verifiers' Env, its EnvConfig) for `env`; `path`: a directory put on sys.path first."""
-    if path is not None and str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+    """(verifiers' Env, its EnvConfig) for `env`; `path`: a directory put on sys.path and PYTHONPATH first."""
+    from verifiers_rl.envs.loading import add_env_path
+
+    add_env_path(path)
     vf = require_v1()
     cfg = resolve_config(env, taskset_args)
     return vf.load_environment(cfg), cfg
