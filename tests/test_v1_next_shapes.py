@@ -68,3 +68,18 @@ def test_a_dropped_trace_trains_no_token_and_counts_in_no_reward_mean():
     assert adv.tolist() == [0.0, 0.0, -0.5, 0.5]
     samples = build_samples(states, adv.tolist(), max_seq_len=64)
     assert [sum(s.loss_mask) for s in samples] == [2, 0, 2, 2]
+
+
+def test_a_seat_that_plays_twice_in_an_episode_trains_each_trace_with_the_episodes_mean_reward():
+    """verifiers' code_golf runs its one seat twice per episode: one state, one sample per trace, reward the mean."""
+    first, second = fake_trace(1.0), fake_trace(0.0, numpy=False)
+    second.branches[0].token_ids = [5, 6, 7, 40, 41, 9, 50]  # a second attempt from the same prompt: its own sample
+    second.branches[0].sampled_mask = [False, False, False, True, True, False, True]
+    second.branches[0].logprobs = [0.0, 0.0, 0.0, -1.0, -1.0, 0.0, -2.0]
+    episode = SimpleNamespace(traces=[first, second], errors=[], ok=True, id="ep")
+    (state,) = episode_states(episode, {"example_id": 0, "prompt": []}, seats=[])
+    assert state["error"] is None and state["reward"] == 0.5 and state["metrics"] == {"exact": 0.5}
+    assert len(state["trajectory"]) == 2 and state["num_turns"] == 2
+    state["tokens"] = rollout_tokens(state)
+    samples = build_samples([state], [0.25], max_seq_len=64)
+    assert [sum(s.loss_mask) for s in samples] == [2, 3] and {s.advantage for s in samples} == {0.25}

@@ -13,7 +13,9 @@ env dropped (verifiers 0.4.1's `Trace.drop()`) keeps its place with `dropped` se
 means and its group's advantage baseline (`rewards.is_dropped`). Branch arrays may be lists (0.4.0) or numpy
 arrays (0.4.1). A
 multi-agent env (several `AgentConfig` seats, e.g. two players) gives one state per seat, each with its own
-trace's reward: `generate_states` lays them out seat by seat, so each advantage group is one task x one seat.
+trace's reward: `generate_states` lays them out seat by seat, so each advantage group is one task x one seat. A
+seat that played several traces in one episode gives one state: each trace's tokens a sample of their own, all
+with the episode's advantage, whose reward is the mean of the traces' rewards (`merged_state`).
 """
 
 from __future__ import annotations
@@ -96,11 +98,28 @@ def episode_states(episode: Any, row: dict, seats: list[str]) -> list[dict]:
     the env marked not trainable keeps its place with no loss tokens."""
     if len(seats) <= 1:
         traces = trainable_traces(episode)
-        if len(traces) > 1:
-            raise ValueError(f"a v1 episode with {len(traces)} trainable traces but one agent seat in its config")
+        if len(traces) > 1:  # the seat played several times in one episode (e.g. a retry loop)
+            return [merged_state(episode, traces, row)]
         return [trace_state(episode, traces[0] if traces else None, row)]
     by_seat = {getattr(t.agent, "name", None): t for t in episode.traces}
     return [trace_state(episode, by_seat.get(seat), row, seat) for seat in seats]
+
+
+def merged_state(episode: Any, traces: list[Any], row: dict) -> dict:
+    """One state for a seat that played several traces in one episode: every trace's sampled tokens train (one
+    sample per trace), all with the episode's advantage, whose reward is the mean of the traces' rewards (the
+    rollout is the episode: its group is the task's episodes, as for any other rollout)."""
+    states = [trace_state(episode, t, row) for t in traces]
+    out = dict(states[0])
+    out["trajectory"] = [step for s in states for step in s["trajectory"]]
+    out["reward"] = sum(s["reward"] for s in states) / len(states)
+    names = {k for s in states for k in s["metrics"]}
+    out["metrics"] = {k: sum(s["metrics"].get(k, 0.0) for s in states) / len(states) for k in names}
+    out["num_turns"] = sum(s["num_turns"] for s in states)
+    out["error"] = "; ".join(dict.fromkeys(s["error"] for s in states if s["error"])) or None
+    out["dropped"] = all(s["dropped"] for s in states)
+    out["is_truncated"] = any(s["is_truncated"] for s in states)
+    return out
 
 
 def trace_state(episode: Any, trace: Any, row: dict, seat: str | None = None) -> dict:
