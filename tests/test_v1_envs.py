@@ -388,3 +388,21 @@ def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_di
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     steps = [json.loads(l) for l in (tmp_path / "outputs/v1-tiny-reverse/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in steps if "reward/all/mean" in r] == [1, 2]
+
+
+def test_a_renderer_of_verifiers_choice_reaches_the_train_client(tiny_model_dir):
+    """`[env] args.renderer` (vf-eval -a, load_v1_environment(renderer=...)): verifiers' TrainClientConfig.renderer,
+    e.g. a tool-capable one for a taskset with tools; checked by verifiers' own config when the env loads."""
+    from verifiers_rl.envs.loading import EnvironmentArgsError
+    from verifiers_rl.v1 import load_v1_environment
+    from verifiers_rl.v1.entry import load_env_entry
+
+    env = load_v1_environment("v1_tiny_reverse", path=FIXTURES, renderer={"name": "default", "tool_parser": "hermes"})
+    try:
+        ctx = env.context(_engine(tiny_model_dir).client, "policy", {"temperature": 1.0})
+        assert ctx.client.renderer.name == "default" and ctx.client.renderer.tool_parser == "hermes"
+    finally:
+        env.close()
+    with pytest.raises(EnvironmentArgsError, match=r"args\.renderer") as err:
+        load_env_entry("v1_tiny_reverse", {"renderer": {"name": "no-such-renderer"}}, api="v1", path=FIXTURES)
+    assert "\n" not in str(err.value)

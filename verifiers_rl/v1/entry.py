@@ -4,7 +4,8 @@
 - classic: `load_environment(**args)` of the id's module (`envs.loading.load_environment_or_one_line`);
 - v1: `args` is the v1 env config (`taskset = {<its config fields>}`, `agent = {harness = {id = ...}, runtime =
   {type = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`, plus our `max_tasks` (the first N
-  tasks: needed for an endless taskset) and `warm_programs` (default true: harness programs start warm); a folder id (`./my_taskset`, holding
+  tasks: needed for an endless taskset), `warm_programs` (default true: harness programs start warm) and
+  `renderer` (verifiers' `TrainClientConfig.renderer`: a tool-capable renderer for a taskset with tools); a folder id (`./my_taskset`, holding
   `my_taskset.py` or `my_taskset/__init__.py`) puts that folder on sys.path. No line is printed here: the v1
   environment's first rollout prints the one line naming the v1 API, its version and each seat's harness/runtime.
 
@@ -56,6 +57,10 @@ def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, wh
         raise EnvironmentLoadError(f"environment {env_id!r}: {e}") from None
     max_tasks = args.pop("max_tasks", None)  # ours, not the v1 config's: how many tasks of an endless taskset
     warm = args.pop("warm_programs", True)  # ours: harness programs forked warm (v1/warm_programs.py)
+    renderer = args.pop("renderer", None)  # ours: verifiers' TrainClientConfig.renderer (a tool-capable one)
+    if renderer is not None and not isinstance(renderer, dict):
+        raise EnvironmentArgsError(f"environment {env_id!r}: args.renderer must be a table of verifiers' "
+                                   f"renderer config (TrainClientConfig.renderer), got {renderer!r}")
     if not isinstance(warm, bool):
         raise EnvironmentArgsError(f"environment {env_id!r}: args.warm_programs = {warm!r} must be true or false")
     if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1):
@@ -65,7 +70,8 @@ def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, wh
     if is_folder_id(env_id):
         path = Path(env_id.strip()).expanduser()
     try:
-        return load_v1_environment(data, path=path, api_note=why, max_tasks=max_tasks, warm_programs=warm)
+        return load_v1_environment(data, path=path, api_note=why, max_tasks=max_tasks, warm_programs=warm,
+                                   renderer=renderer)
     except (EnvironmentArgsError, EnvironmentLoadError):
         raise
     except Exception as e:

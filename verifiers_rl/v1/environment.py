@@ -40,11 +40,14 @@ class V1Environment:
 
     def __init__(self, env: Any, config: Any, *, env_id: str | None = None, renderer_model_name: str | None = None,
                  eval_tasks: list[Any] | None = None, max_tasks: int | None = None, api_note: str | None = None,
-                 warm_programs: bool = True):
+                 warm_programs: bool = True, renderer: dict | None = None):
         self.env, self.config = env, getattr(env, "config", None) or config
         self.api_note = api_note  # why the v1 API was chosen (vf-rl / vf-eval: envs.loading.environment_api)
         self.env_id = env_id or config.taskset.id
         self.renderer_model_name = renderer_model_name
+        self.renderer = renderer  # verifiers' TrainClientConfig.renderer (a tool-capable renderer for tool use)
+        if renderer:  # checked by verifiers' own config now, not at the first rollout
+            model_context("http://127.0.0.1", "policy", "policy", None, renderer_config=renderer)
         self.sampling_args: dict[str, Any] = {}
         self.rubric = _NoRubric()
         if getattr(env.taskset, "INFINITE", False) and max_tasks is None:
@@ -114,7 +117,7 @@ class V1Environment:
         if not renderer:
             raise ValueError("a v1 environment needs the policy's tokenizer: pass renderer_model_name=")
         self._announce(base_url)
-        return model_context(base_url, model, renderer, sampling_args)
+        return model_context(base_url, model, renderer, sampling_args, renderer_config=self.renderer)
 
     def _served_root(self, base_url: str) -> str | None:
         """The base model a vLLM server was started from (`root` of its `/v1/models` card): the tokenizer the

@@ -39,12 +39,14 @@ def sampling_config(sampling_args: dict | None) -> Any:
 
 
 def model_context(base_url: str, model: str, renderer_model_name: str, sampling_args: dict | None,
-                  api_key_var: str = "VF_RL_LOCAL_KEY") -> Any:
+                  api_key_var: str = "VF_RL_LOCAL_KEY", renderer_config: dict | None = None) -> Any:
     """What `env.run_slot` needs: the model name the engine serves, a `TrainClientConfig` (tokens and logprobs
-    come back only through the train client) and the sampling."""
+    come back only through the train client; `renderer_config`: its `renderer`, e.g. a tool-capable one) and the
+    sampling."""
     vf = require_v1()
+    extra = {"renderer": renderer_config} if renderer_config else {}
     client = vf.TrainClientConfig(base_url=base_url, api_key_var=api_key_var,
-                                  renderer_model_name=renderer_model_name)
+                                  renderer_model_name=renderer_model_name, **extra)
     return vf.ModelContext(model=model, client=client, sampling=sampling_config(sampling_args))
 
 
