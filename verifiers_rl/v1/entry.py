@@ -80,5 +80,9 @@ def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, wh
             err = errors()[0]
             key = ".".join(str(p) for p in err.get("loc", ()))
             raise EnvironmentArgsError(f"environment {env_id!r}: v1 config args.{key}: {err.get('msg')}") from e
+        if "exports no Taskset" in str(e) and "Harness" in str(e):  # a harness package given as the env
+            raise EnvironmentLoadError(
+                f"environment {env_id!r} is a verifiers v1 harness, not a taskset: run a taskset with it as a seat's "
+                f"harness (args.agent.harness.id = {module_name_for(env_id)!r})") from e
         raise EnvironmentLoadError(f"environment {env_id!r}: loading it as a verifiers v1 environment failed: "
                                    f"{first_line(e)}") from e
