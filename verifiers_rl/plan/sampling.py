@@ -4,7 +4,7 @@ request we build and every server we start must produce exactly that one.
 - **Neutral defaults, stated.** vLLM fills a sampling parameter a request leaves out from the checkpoint's
   `generation_config.json` (`--generation-config auto`, its default): Qwen3's `top_k = 20` would make the server
   sample from 20 tokens while the trainer scores the whole vocabulary. So every request we build names every
-  parameter (`request_sampling`), and a server we start is told to ignore the checkpoint's sampling defaults
+  parameter (`stated_knobs`), and a server we start is told to ignore the checkpoint's sampling defaults
   (`SERVER_FLAGS`), which covers requests we do not build (a v1 environment's own client, through our proxy). The
   checkpoint's EOS tokens still apply: vLLM reads them from the same file in either mode. The local engine never
   reads a generation config (`local_engine`).
@@ -60,7 +60,7 @@ def truncation_of(temperature: float, top_k: int | None, top_p: float, min_p: fl
     return Truncation(top_k=max(int(top_k or 0), 0), top_p=float(top_p), min_p=float(min_p))
 
 
-def request_sampling(temperature: float, top_p: float, top_k: int | None, min_p: float,
+def stated_knobs(temperature: float, top_p: float, top_k: int | None, min_p: float,
                      repetition_penalty: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """(top-level arguments, `extra_body`) of a chat-completions request that names every sampling parameter: the
     ones set, and each knob's neutral value where it is off (never left for the server to fill)."""
@@ -130,7 +130,7 @@ class SamplingPlan:
         return asdict(self)
 
     def line(self) -> str:
-        top, extra = request_sampling(self.temperature, self.top_p, self.top_k, self.min_p, self.repetition_penalty)
+        top, extra = stated_knobs(self.temperature, self.top_p, self.top_k, self.min_p, self.repetition_penalty)
         sent = ", ".join(f"{k} {v:g}" for k, v in {**top, **extra}.items())
         where = (f"; the server ignores the checkpoint's sampling defaults ({' '.join(SERVER_FLAGS)})"
                  if self.server_generation_config else "")

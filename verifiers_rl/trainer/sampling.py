@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifiers_rl.plan.sampling import request_sampling
+from verifiers_rl.plan.sampling import stated_knobs
 
 
 def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None = None) -> dict[str, Any]:
@@ -19,7 +19,7 @@ def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None
         temperature = config.eval_temperature
     # every sampling parameter named, off ones at their neutral value: a server must not fill them from the
     # checkpoint's generation config (plan/sampling.py)
-    args, extra_body = request_sampling(temperature, config.top_p, config.top_k, config.min_p,
+    args, extra_body = stated_knobs(temperature, config.top_p, config.top_k, config.min_p,
                                         config.repetition_penalty)
 
     max_tokens = config.max_tokens
