@@ -20,7 +20,7 @@ def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None
     # every sampling parameter named, off ones at their neutral value: a server must not fill them from the
     # checkpoint's generation config (plan/sampling.py)
     args, extra_body = stated_knobs(temperature, config.top_p, config.top_k, config.min_p,
-                                        config.repetition_penalty)
+                                    config.repetition_penalty)
 
     max_tokens = config.max_tokens
     if prompt_len is not None:
