@@ -61,9 +61,9 @@ class V1Environment:
         self.eval_tasks = list(eval_tasks) if eval_tasks is not None else self.tasks
         self.warm_programs = warm_programs and self._on_subprocess_runtime()
         if self.warm_programs:  # harness programs forked from a warm interpreter (v1/warm_programs.py)
-            from verifiers_rl.v1 import warm_programs as warm
+            from verifiers_rl.v1.warm_programs import enable
 
-            warm.enable()
+            enable()
         self.serving = EnvServing(env)
         self.endpoint = PolicyEndpoint()
         self._announced = False
@@ -166,9 +166,9 @@ class V1Environment:
         self.serving.close()
         self.endpoint.close()
         if self.warm_programs:
-            from verifiers_rl.v1 import warm_programs as warm
+            from verifiers_rl.v1.warm_programs import stop_servers
 
-            warm.stop_servers()  # restarted on demand by another v1 environment of this process
+            stop_servers()  # restarted on demand by another v1 environment of this process
 
 
 def load_v1_environment(env: str | dict, taskset_args: dict | None = None, *, path: str | Path | None = None,
