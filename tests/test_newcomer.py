@@ -388,3 +388,14 @@ def test_rl_progress_bar_in_a_terminal_and_plain_lines_in_a_log():
         out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())
         assert "step 3/3" in out and "reward 0.5" in out
         assert ("━" in out) == terminal and cb.progress is None
+
+
+def test_the_first_errors_line_is_its_tracebacks_last_line_even_inside_an_exception_group():
+    from verifiers_rl.evaluation import errors_line
+
+    group = ("HarnessError: harness 'null' exited 1: Traceback (most recent call last):\n"
+             "  + Exception Group Traceback (most recent call last):\n    |   File \"x.py\", line 1, in send\n"
+             "    | httpx.ConnectError: [Errno -2] Name or service not known\n    +------------------------------------\n")
+    states = [{"error": group}, {"error": None}, {"error": ValueError("second")}]
+    assert errors_line(states) == "2 of 3 rollouts errored (first: httpx.ConnectError: [Errno -2] Name or service not known)"
+    assert errors_line([{"error": None}]) is None

@@ -38,8 +38,9 @@ def first_error(states: list[dict[str, Any]]) -> str | None:
     if err is None:
         return None
     text = f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return (lines[-1].strip() if lines else type(err).__name__)[:200]
+    # a traceback's last line, inside an exception group's box (`| ...`, `+----`) too
+    lines = [t for t in (line.strip().lstrip("|+").strip() for line in text.splitlines()) if any(c.isalnum() for c in t)]
+    return (lines[-1] if lines else type(err).__name__)[:200]
 
 
 def errors_line(states: list[dict[str, Any]]) -> str | None:

@@ -190,13 +190,27 @@ def _take(taskset: Any, n: int | None) -> list[Any]:
 
 
 def _prompt(task: Any) -> list[dict]:
+    """The task's prompt as the dataset row shows it (logs, sample tables; the episode reads the task itself):
+    role and text content, a multimodal message's parts as text, so every row has one column type."""
     data = task.data
     msgs = [{"role": "system", "content": data.system_prompt}] if getattr(data, "system_prompt", None) else []
     prompt = data.prompt
     if isinstance(prompt, str):
         return msgs + [{"role": "user", "content": prompt}]
-    return msgs + [m.model_dump(mode="json", exclude_none=True) if hasattr(m, "model_dump") else dict(m)
-                   for m in prompt or []]
+    out = []
+    for m in prompt or []:
+        d = m.model_dump(mode="json", exclude_none=True) if hasattr(m, "model_dump") else dict(m)
+        out.append({"role": str(d.get("role", "user")), "content": _text(d.get("content"))})
+    return msgs + out
+
+
+def _text(content: Any) -> str:
+    """A message's content as text: its text parts, `<image>` (or the part's type) for the others."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = content if isinstance(content, list) else [content]
+    return "".join(p.get("text", "") if isinstance(p, dict) and p.get("type", "text") == "text"
+                   else f"<{p.get('type', 'part')}>" if isinstance(p, dict) else str(p) for p in parts)
 
 
 def _tokenizer_path(engine: Any) -> str | None:
