@@ -1,8 +1,9 @@
-"""The v1 adapter against verifiers 0.4.1's shapes (its pre-releases, 0.4.1.dev86): branch arrays as numpy arrays
-and `Trace.dropped` ("leave out of reward means and training batches"). The episodes here are FAKES that mirror
-0.4.1's dataclasses' fields the adapter reads (SimpleNamespace objects, named as such); verifiers 0.4.1 is not
-released, and CI's v1 venv tests the locked 0.4.0 (tests/test_v1_envs.py). Runs in the main venv: the adapter's
-episode code imports no verifiers."""
+"""The v1 adapter against verifiers 0.4.1's shapes, as its pre-release wheel (0.4.1.dev86, read from PyPI) defines
+them: `Branch.token_ids` / `sampled_mask` / `logprobs` numpy arrays, `Trace.dropped` a reason or None ("leave out
+of reward means and training batches"), `Trace.record_reward` raising on a non-finite reward. The episodes here are
+FAKES that mirror the fields the adapter reads (SimpleNamespace objects, named as such); 0.4.1 is not released,
+and CI's v1 venv tests the locked 0.4.0 (tests/test_v1_envs.py). Runs in the main venv: the adapter's episode code
+imports no verifiers."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def fake_trace(reward: float, *, dropped: bool = False, numpy: bool = True) -> S
     branch = SimpleNamespace(token_ids=ids, sampled_mask=mask, logprobs=lps, trainable=True)
     return SimpleNamespace(agent=SimpleNamespace(name="agent", trainable=True), branches=[branch], reward=reward,
                            metrics={"exact": reward}, rewards={}, errors=[], ok=True, is_truncated=False,
-                           stop_condition="one_turn", num_turns=1, dropped=dropped,
+                           stop_condition="one_turn", num_turns=1, dropped="no reward signal" if dropped else None,
                            messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
 
 
@@ -83,3 +84,17 @@ def test_a_seat_that_plays_twice_in_an_episode_trains_each_trace_with_the_episod
     state["tokens"] = rollout_tokens(state)
     samples = build_samples([state], [0.25], max_seq_len=64)
     assert [sum(s.loss_mask) for s in samples] == [2, 3] and {s.advantage for s in samples} == {0.25}
+
+
+def test_a_non_finite_reward_counts_as_a_failing_reward_function_as_on_the_classic_path():
+    """verifiers 0.4.1's Trace.record_reward raises `reward 'x' must be finite, got nan` (scoring stops, the trace
+    is not ok): counted in errors/reward_funcs with the reward it had, not as an errored rollout."""
+    trace = fake_trace(0.0)
+    trace.ok = False
+    trace.errors = [SimpleNamespace(type="ValueError", message="reward 'letters' must be finite, got nan")]
+    (state,) = states_of([trace])
+    assert state["error"] is None and state["reward"] == 0.0
+    assert state["reward_errors"] == {"letters": "ValueError: reward 'letters' must be finite, got nan"}
+    summary = summarize([state])
+    assert summary["errors/reward_funcs"] == 1 and summary["errors/rollouts"] == 0
+    assert drop_reason(state) is None  # its tokens train, with reward 0, as a classic rollout's would

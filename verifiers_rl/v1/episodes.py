@@ -20,11 +20,13 @@ with the episode's advantage, whose reward is the mean of the traces' rewards (`
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from verifiers_rl.rewards import reward_of
 from verifiers_rl.v1.loading import require_v1
 
+NON_FINITE = re.compile(r"reward '([^']+)' must be finite")  # verifiers 0.4.1's Trace.record_reward
 # The run's sampling keys the v1 client sets itself (token ids, logprobs, n) or that mean nothing to it.
 DROPPED = ("logprobs", "top_logprobs", "n", "stream", "extra_headers")
 
@@ -127,9 +129,12 @@ def merged_state(episode: Any, traces: list[Any], row: dict) -> dict:
 def trace_state(episode: Any, trace: Any, row: dict, seat: str | None = None) -> dict:
     """A state of ours for one trace of an episode (None: the seat never played)."""
     errors = _errors(episode.errors) + (_errors(trace.errors) if trace is not None else [])
+    # verifiers 0.4.1 raises on a NaN / inf reward: counted as a failing reward function, as the classic path does
+    reward_errors = {m.group(1): e for e in errors if (m := NON_FINITE.search(e))}
+    errors = [e for e in errors if not NON_FINITE.search(e)]
     if trace is None:
         errors.append(f"the episode has no trace for agent {seat!r}" if seat else "the episode has no trainable trace")
-    elif not trace.ok or not episode.ok:
+    elif (not trace.ok or not episode.ok) and not reward_errors:
         errors = errors or ["the episode failed"]
     trainable = trace is not None and getattr(trace.agent, "trainable", True)
     steps = [s for s in (branch_step(b) for b in (trace.branches if trace is not None else [])
@@ -146,7 +151,7 @@ def trace_state(episode: Any, trace: Any, row: dict, seat: str | None = None) ->
         "example_id": row.get("example_id"), "task": row.get("task") or "default", "answer": row.get("answer", ""),
         "info": info, "prompt": (row.get("prompt") if not seat else None) or messages[:n_prompt],
         "completion": messages[n_prompt:], "trajectory": steps, "reward": reward_of(trace),
-        "metrics": _trace_metrics(trace) if trace is not None else {}, "reward_errors": {},
+        "metrics": _trace_metrics(trace) if trace is not None else {}, "reward_errors": reward_errors,
         "error": "; ".join(errors) or None, "is_completed": True,
         "is_truncated": bool(trace is not None and trace.is_truncated),
         "stop_condition": getattr(trace, "stop_condition", None), "num_turns": trace.num_turns if trace else 0,
