@@ -160,8 +160,8 @@ def test_classic_env_trains_two_steps_with_vf_rl(tiny_model_dir, tmp_path):
         rollouts_per_example = 4
         micro_batch_size = 8
         max_tokens = 8
-        max_seq_len = 256
-        max_prompt_len = 200
+        max_seq_len = 1024
+        max_prompt_len = 960
         logging_steps = 1
     """))
     import os

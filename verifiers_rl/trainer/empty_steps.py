@@ -18,6 +18,7 @@ _FIX = {
     "errored": "fix the environment (the rollouts' `error` is in the eval/trainer logs) or the server",
     "truncated": "raise max_tokens / max_seq_len, or set mask_truncated_completions=false",
     "empty_completion": "the model returned no tokens: check max_tokens and the inference server",
+    "context_full": "raise max_seq_len (a tool schema or system prompt counts) or shorten the prompts",
 }
 _WHAT = {
     "dropped": "dropped by the environment",
@@ -25,6 +26,7 @@ _WHAT = {
     "errored": "errored",
     "truncated": "truncated and masked (mask_truncated_completions)",
     "empty_completion": "had no completion tokens",
+    "context_full": "had no room for a reply (the prompt fills max_seq_len)",
 }
 
 
@@ -34,7 +36,10 @@ def _cause(state: dict[str, Any], args: Any) -> str | None:
     from verifiers_rl.trainer.batching import drop_reason
 
     why = drop_reason(state, args.max_prompt_len, args.mask_truncated_completions)
-    return why or ("empty_completion" if completion_length(state) == 0 else None)
+    if why or completion_length(state):
+        return why
+    # verifiers' flag: the context was full before the model could reply
+    return "context_full" if state.get("prompt_too_long") else "empty_completion"
 
 
 def _first_error(states: list[dict[str, Any]]) -> str:
