@@ -238,6 +238,42 @@ def test_concurrent_requests_are_batched(engine, in_loop_thread, monkeypatch):
         assert torch.allclose(torch.tensor([e.logprob for e in c.logprobs.content]), want, atol=1e-4)
 
 
+def test_rollouts_that_ask_one_after_another_share_a_batch(tiny_model_dir):
+    """Rollouts whose requests trickle in (a v1 episode's program starting, a tool running first) join one batch:
+    the rollout driver counts them in flight and the engine waits for those that have not asked yet, while they
+    keep arriving. Without the count (a caller outside the driver) each arrival is its own batch."""
+    import verifiers_rl as vf
+    from verifiers_rl.envs.rollouts import generate_states
+
+    class Staggered(vf.SingleTurnEnv):
+        async def rollout(self, input, client, model, sampling_args=None):
+            await asyncio.sleep(0.01 * input["example_id"])  # work before the model call, 10 ms apart
+            return await super().rollout(input, client, model, sampling_args)
+
+    rows = [{"question": f"q{i}", "answer": ""} for i in range(4)]
+    env = Staggered(dataset=rows, rubric=vf.Rubric(funcs=[lambda completion: 0.0]))
+    eng = LocalEngine.from_pretrained(tiny_model_dir, model_name="tiny")
+    seen = []
+
+    async def driven():
+        states = await generate_states(env, env.get_dataset().to_list(), eng.client, "tiny", {"max_tokens": 4},
+                                       max_seq_len=512)
+        seen.append(eng.rollouts_in_flight)
+        return states
+
+    states = run(driven())
+    assert eng.generate_calls == 1 and seen == [0] and all(s["completion"] for s in states)
+
+    async def staggered_callers():
+        async def one(i):
+            await asyncio.sleep(0.03 * i)
+            return await create(eng, max_tokens=4)
+        return await asyncio.gather(*(one(i) for i in range(4)))
+
+    run(staggered_callers())
+    assert eng.generate_calls >= 3  # one batch for the driven rollouts, then at least two for these
+
+
 def test_different_sampling_params_are_grouped_and_chunked(tiny_model_dir):
     eng = LocalEngine.from_pretrained(tiny_model_dir, max_batch_size=4)
 

@@ -88,3 +88,49 @@ def test_only_the_uv_script_form_runs_warm():
     assert warm.uv_script(["bash", "-c", "ls"]) is None
     env = warm.activation_env("/venv", {"PATH": "/usr/bin", "HOME": "/h"})
     assert env["VIRTUAL_ENV"] == "/venv" and env["PATH"].startswith("/venv/bin:/h/.local/bin:")
+
+
+LAZY = '''
+import pydantic
+
+
+class Reply(pydantic.BaseModel):  # built at first use, as SDKs defer their response types
+    model_config = pydantic.ConfigDict(defer_build=True)
+    text: str
+'''
+
+FIRST_USE = '''
+import json, ssl, sys
+import certifi
+import lazymod
+built_at_start = lazymod.Reply.__pydantic_complete__
+lazymod.Reply(text="x")  # builds it
+ctx = ssl.create_default_context(cafile=certifi.where())  # as an HTTP client does for every client it makes
+print(json.dumps({"built_at_start": built_at_start, "cas": ctx.cert_store_stats()["x509_ca"],
+                  "verify": ctx.verify_mode == ssl.CERT_REQUIRED}))
+'''
+
+
+def test_what_a_run_does_at_first_use_the_next_run_finds_done(tmp_path):
+    """A pydantic model built lazily is built by the server before the next fork; a CA bundle a run loaded through
+    `ssl.create_default_context(cafile=...)` is loaded by the server, and the next run gets that (unused) context:
+    the same certificates and settings, the key missed once only."""
+    (tmp_path / "lazymod.py").write_text(LAZY)
+    script = tmp_path / "first_use.py"
+    script.write_text(FIRST_USE)
+    sock = warm.server_for(sys.executable, str(script), dict(os.environ))
+    assert sock is not None
+    try:
+        runs = []
+        for _ in range(3):
+            code, out, err = asyncio.run(warm.run_warm(sock, [], dict(os.environ), str(tmp_path)))
+            assert code == 0, err
+            runs.append(json.loads(out))
+        learned = open(sock + ".modules").read().splitlines()
+    finally:
+        warm.stop_servers()
+    assert not os.path.exists(os.path.dirname(sock))  # the socket and what it learned go with the server
+    assert [r["built_at_start"] for r in runs] == [False, True, True]
+    assert runs[0]["cas"] > 0 and all(r["cas"] == runs[0]["cas"] and r["verify"] for r in runs)
+    assert "model:lazymod:Reply" in learned
+    assert len([line for line in learned if line.startswith("ssl:")]) == 1

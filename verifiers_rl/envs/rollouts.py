@@ -11,6 +11,7 @@ An environment object of the real `verifiers` package runs through verifiers' ow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -45,6 +46,27 @@ async def _contained(env: Any, row: dict[str, Any], client: Any, model: str, sam
         state = await env.init_state(row, client, model, sampling_args)
         state["error"], state["is_completed"], state["completion"] = e, True, []
         return state
+
+
+def local_engine_of(client: Any) -> Any:
+    """The in-process engine behind `client` (ours or wrapped in a `vf.Client`), or None."""
+    raw = getattr(client, "client", client)
+    return getattr(raw, "engine", None) if hasattr(getattr(raw, "engine", None), "rollouts_in_flight") else None
+
+
+@contextlib.contextmanager
+def in_flight(engine: Any):
+    """Count a rollout as in flight on the local engine (its batches wait for the rollouts that have not asked
+    yet: `BatchWorker._gather_rollouts`; its HTTP generate route decodes on this loop: `LocalHTTPServer`)."""
+    if engine is None:
+        yield
+        return
+    engine.rollouts_in_flight += 1
+    engine.driver_loop = asyncio.get_running_loop()  # where this engine's generate route decodes meanwhile
+    try:
+        yield
+    finally:
+        engine.rollouts_in_flight -= 1
 
 
 def agents_per_rollout(env: Any) -> int:
@@ -91,6 +113,7 @@ async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, mo
                            rollouts_per_example: int, max_concurrent: int, score: bool,
                            on_group_done: Callable[[list[State]], Awaitable[None] | None] | None,
                            keep_empty: bool) -> list[State]:
+    engine = local_engine_of(client)
     if not isinstance(client, Client):
         from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
 
@@ -99,10 +122,9 @@ async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, mo
     sem = asyncio.Semaphore(max_concurrent) if max_concurrent and max_concurrent > 0 else None
 
     async def one(row: dict[str, Any]) -> State:
-        if sem is None:
-            return await _contained(env, row, client, model, sampling)
-        async with sem:
-            return await _contained(env, row, client, model, sampling)
+        async with sem or contextlib.nullcontext():
+            with in_flight(engine):
+                return await _contained(env, row, client, model, sampling)
 
     async def group(row: dict[str, Any]) -> list[State]:
         t0 = time.perf_counter()

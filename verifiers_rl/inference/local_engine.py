@@ -82,6 +82,7 @@ class LocalEngine:
         model_name: str = "local",
         max_batch_size: int = 256,
         batch_wait_s: float = 0.005,
+        batch_gather_s: float = 0.5,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         max_model_len: int | None = None,
         decode_in_loop_thread: bool = True,
@@ -95,6 +96,12 @@ class LocalEngine:
         self.model_name = model_name
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
+        # how long a batch may wait for the rollouts in flight that have not asked yet (`rollouts_in_flight`, set
+        # by the rollout driver): episodes whose requests trickle in (a v1 harness program starting, a tool
+        # running) then share one decode instead of paying one each
+        self.batch_gather_s = batch_gather_s
+        self.rollouts_in_flight = 0
+        self.driver_loop: Any = None  # the loop those rollouts run on (set with the count)
         self.default_max_tokens = default_max_tokens
         # like vLLM's --max-model-len: the context a request may fill; without max_tokens, a reply may use the rest
         self.max_model_len = max_model_len

@@ -71,6 +71,10 @@ def find_eos_ids(model, tokenizer) -> set[int]:
     return ids
 
 
+GATHER_POLL_S = 0.002
+GATHER_GAP_S = 0.1
+
+
 class BatchWorker:
     """Serves `submit`ted requests of one engine. Reads the engine's `model` (once per batch, so set_model()
     applies from the next one), `tokenizer`, `max_batch_size` and `batch_wait_s`; counts `generate_calls`."""
@@ -123,6 +127,25 @@ class BatchWorker:
             n = queue.qsize()
             await asyncio.sleep(0)
             idle = idle + 1 if queue.qsize() == n else 0
+        await self._gather_rollouts(queue)
+
+    async def _gather_rollouts(self, queue: asyncio.Queue) -> None:
+        """Wait for the rollouts in flight that have not asked yet (the driver counts them in the engine's
+        `rollouts_in_flight`) while they keep arriving: at most `batch_gather_s`, and no longer than GATHER_GAP_S
+        without a new request (a rollout that is scoring or in a long tool call is not waited for). A batch per
+        arrival would pay a prefill and a whole decode each (v1 episodes, whose programs start one by one)."""
+        limit = self.engine.batch_gather_s
+        if limit <= 0 or self.engine.rollouts_in_flight <= 1:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        last, seen = loop.time(), queue.qsize()
+        while queue.qsize() + 1 < self.engine.rollouts_in_flight and loop.time() < deadline:
+            await asyncio.sleep(GATHER_POLL_S)
+            if queue.qsize() != seen:
+                last, seen = loop.time(), queue.qsize()
+            elif loop.time() - last > GATHER_GAP_S:
+                return
 
     async def _serve_group(self, dist: Dist, rows: list[Row]) -> None:
         size = self.engine.max_batch_size

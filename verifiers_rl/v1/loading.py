@@ -31,11 +31,17 @@ def v1_available() -> str | None:
 INSTALL = "install it with `uv sync --extra verifiers-v1` (pip: `pip install 'verifiers-rl[verifiers-v1]'`)"
 
 
+_checked: Any = None  # the verifiers.v1 module whose version was checked (the check reads package metadata: ms)
+
+
 def require_v1() -> Any:
     """`verifiers.v1`, or one line saying what to install."""
-    if v1_available() is None:
-        raise ModuleNotFoundError(f"a verifiers v1 environment needs verifiers>=0.4,<0.5: {INSTALL}")
-    vf = importlib.import_module("verifiers.v1")
+    global _checked
+    vf = sys.modules.get("verifiers.v1")
+    if vf is None or vf is not _checked:
+        if v1_available() is None:
+            raise ModuleNotFoundError(f"a verifiers v1 environment needs verifiers>=0.4,<0.5: {INSTALL}")
+        vf = _checked = importlib.import_module("verifiers.v1")
     root = sys.modules.get("verifiers")
     if root is not None and getattr(root, "v1", None) is not vf:
         # Our classic root (`verifiers` answered by verifiers_rl) has this package, verifiers_rl.v1, as its `v1`

@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -170,6 +171,4 @@ def stop_servers() -> None:
         _servers.clear()
     for proc, sock in entries:
         _stop(proc)
-        with contextlib.suppress(OSError):
-            os.unlink(sock)
-            os.rmdir(os.path.dirname(sock))
+        shutil.rmtree(os.path.dirname(sock), ignore_errors=True)  # the socket and what the server learned

@@ -4,7 +4,9 @@ child per request that runs the script as `__main__` with the request's argv, en
 in its own session (so the caller can kill its process group), its stdout and stderr captured.
 
 Why: verifiers' `null` harness starts its chat program, a fresh Python that imports openai, httpx and anyio, for
-every episode (about 1-2 s of imports here); a forked child starts with them imported. The caller's side is
+every episode (about 1-2 s of imports here); a forked child starts with them imported. What a run does at first
+use the server then does before its next fork (`learn`): the modules it imported lazily, the pydantic models it
+built lazily, the CA bundles it loaded through `ssl.create_default_context`. The caller's side is
 `v1/warm_programs.py`. Standard library only: this file runs in the script's environment, not in ours.
 
 Protocol, one connection per run: request `{"args": [...], "env": {...}, "cwd": "..."}` + newline; replies
@@ -14,11 +16,14 @@ Protocol, one connection per run: request `{"args": [...], "env": {...}, "cwd": 
 from __future__ import annotations
 
 import ast
+import builtins
+import gc
 import importlib
 import json
 import os
 import signal
 import socket
+import ssl
 import sys
 import tempfile
 import traceback
@@ -44,18 +49,95 @@ def preload(script: str) -> list[str]:
 
 
 def learn(path: str) -> None:
-    """Import the modules earlier runs imported lazily (listed in `path` by `run_child`): the next forks start with
-    them too (an HTTP client's transport, an SDK's resources, imported at first use)."""
+    """Do before the next fork what earlier runs did lazily (listed in `path` by `run_child`), so the next children
+    start with it done: import the modules they imported at first use (an HTTP client's transport, an SDK's
+    resources) and build the pydantic models they built at first use (SDKs defer them: openai's response types
+    cost about 35 ms a run here)."""
     try:
-        names = open(path, encoding="utf-8").read().split()
+        lines = open(path, encoding="utf-8").read().splitlines()
     except OSError:
         return
-    for name in names:
-        if name not in sys.modules:
+    for name in lines:
+        if name.startswith("model:"):
+            _build_model(name[len("model:"):])
+        elif name.startswith("ssl:"):
+            _premake_ssl(tuple(json.loads(name[len("ssl:"):])))
+        elif name not in sys.modules:
             try:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the child imports it as it did before
                 pass
+
+
+def _build_model(ref: str) -> None:
+    module, _, qualname = ref.partition(":")
+    name, _, params = qualname.partition("[")
+    obj = sys.modules.get(module)
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+    if params and obj is not None:  # a parametrised generic model, e.g. `ParsedChoice[object]`: make it here too
+        args = [getattr(sys.modules.get(module), p, None) or getattr(builtins, p, None)
+                for p in params.rstrip("]").replace(" ", "").split(",")]
+        try:
+            obj = obj[tuple(args) if len(args) > 1 else args[0]] if None not in args else None
+        except Exception:  # noqa: BLE001 - not one we can name: the child builds it
+            obj = None
+    rebuild = getattr(obj, "model_rebuild", None)
+    if rebuild is not None and not getattr(obj, "__pydantic_complete__", True):
+        try:
+            rebuild()
+        except Exception:  # noqa: BLE001 - the child builds it as it did before
+            pass
+
+
+_SSL_POOL: dict = {}  # (cafile, capath) → an unused context made by create_default_context with those arguments
+_ssl_missed: list = []  # the pool keys a run asked for and did not find (learned for the next fork)
+
+
+def _premake_ssl(key: tuple) -> None:
+    """Load a CA bundle once (an HTTP client loads it for every client it makes: about 45 ms a run here)."""
+    if key not in _SSL_POOL:
+        try:
+            _SSL_POOL[key] = _ORIGINAL_SSL_CONTEXT(cafile=key[0], capath=key[1])
+        except Exception:  # noqa: BLE001 - the child makes it (and reports it) as it would have
+            pass
+
+
+def _create_default_context(purpose=ssl.Purpose.SERVER_AUTH, *, cafile=None, capath=None, cadata=None):
+    """`ssl.create_default_context`, handing out a context the server made with the same arguments (once each per
+    run: what the call would return, made earlier). Only for a CA file or directory named by the caller: the
+    defaults depend on the environment (SSL_CERT_FILE) the server and the run do not share."""
+    if purpose == ssl.Purpose.SERVER_AUTH and cadata is None and (cafile or capath):
+        made = _SSL_POOL.pop((cafile, capath), None)
+        if made is not None:
+            return made
+        _ssl_missed.append((cafile, capath))
+    return _ORIGINAL_SSL_CONTEXT(purpose, cafile=cafile, capath=capath, cadata=cadata)
+
+
+_ORIGINAL_SSL_CONTEXT = ssl.create_default_context
+
+
+def unbuilt_models() -> set:
+    """The pydantic model classes loaded but not built yet (none when pydantic is not loaded)."""
+    main = sys.modules.get("pydantic.main")
+    if main is None:
+        return set()
+    out, stack = set(), [main.BaseModel]
+    while stack:
+        for cls in stack.pop().__subclasses__():
+            stack.append(cls)
+            if cls.__dict__.get("__pydantic_complete__") is False and "<" not in cls.__qualname__:
+                out.add(cls)
+    return out
+
+
+def learned_lines(modules_before: set, unbuilt_before: set) -> list[str]:
+    """What this run did lazily: the modules it imported, the models it built."""
+    modules = [m for m in list(sys.modules) if m not in modules_before and not m.startswith("__")]
+    models = [f"model:{c.__module__}:{c.__qualname__}" for c in unbuilt_before
+              if c.__dict__.get("__pydantic_complete__") is True]
+    return modules + models + [f"ssl:{json.dumps(list(key), separators=(',', ':'))}" for key in _ssl_missed]
 
 
 def _die_with_parent() -> None:
@@ -91,7 +173,7 @@ def run_child(conn: socket.socket, script: str, code_obj: object, learned: str) 
     """In the forked child: run the script for the request on `conn`, reply, exit; the modules the run imported
     are appended to `learned` for the server to import before its next fork."""
     code = 1
-    before = set(sys.modules)
+    before, unbuilt = set(sys.modules), unbuilt_models()
     try:
         request = json.loads(_read_line(conn))
         os.setsid()
@@ -116,7 +198,7 @@ def run_child(conn: socket.socket, script: str, code_obj: object, learned: str) 
             code = 1
         sys.stdout.flush()
         sys.stderr.flush()
-        new = [m for m in list(sys.modules) if m not in before and not m.startswith("__")]
+        new = learned_lines(before, unbuilt)
         if new:
             with open(learned, "a", encoding="utf-8") as f:
                 f.write("\n".join(new) + "\n")
@@ -134,6 +216,7 @@ def serve(sock_path: str, script: str) -> None:
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` sets it (not this file's folder)
     sys.dont_write_bytecode = False  # what this server imports is compiled once, for its next start too
     learned = sock_path + ".modules"
+    ssl.create_default_context = _create_default_context  # before the imports: `from ssl import ...` gets it too
     loaded = preload(script)
     code_obj = compile(open(script, encoding="utf-8").read(), script, "exec")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
@@ -144,6 +227,7 @@ def serve(sock_path: str, script: str) -> None:
     while True:
         conn, _ = server.accept()
         learn(learned)
+        gc.freeze()  # what the server holds stays out of the children's collections: no copy-on-write of it
         if os.fork() == 0:
             server.close()
             run_child(conn, script, code_obj, learned)
