@@ -47,17 +47,7 @@ def worker(tree: str, workload: str, model: str, steps: int, seed: int, out: str
     import verifiers_rl
 
     assert Path(verifiers_rl.__file__).resolve().is_relative_to(Path(tree).resolve()), verifiers_rl.__file__
-    if workload == "lora":
-        from verifiers_rl.envs.loading import load_environment
-
-        env = load_environment("reverse-text", dataset_source="offline", num_eval_examples=16)
-    elif workload == "digits":
-        env = s.digits_env()
-    elif workload == "wide":
-        env = s.letters_env("etaoin shrdlu", [f"Tell me about item number {i} in a few words, please."
-                                              for i in range(512)])
-    else:
-        env = s.letters_env()
+    env = s.workload_env(workload)
     per_step, _ = s.run_ours(model, env, s.WORKLOADS[workload], steps, out, seed)
     rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "time/step" in r][1:]

@@ -58,6 +58,20 @@ def letters_env(chars: str = "abcdefghijklmnopqrstuvwxyz", rows: list[str] | Non
                             rubric=vf.Rubric(funcs=[share]))
 
 
+def workload_env(name: str):
+    """The environment a workload trains on (speed_vs_ref.py's runs use it too)."""
+    if name == "lora":
+        from verifiers_rl.envs.loading import load_environment
+
+        return load_environment("reverse-text", dataset_source="offline", num_eval_examples=16)
+    if name == "digits":
+        return digits_env()
+    if name == "wide":
+        return letters_env("etaoin shrdlu", [f"Tell me about item number {i} in a few words, please."
+                                             for i in range(512)])
+    return letters_env()
+
+
 def digits_env():
     """The second full fine-tuning workload: longer prompts of varied length (a system prompt, then a list of
     words), reward = share of digits in the reply."""
@@ -183,13 +197,9 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print("command: python " + " ".join(sys.argv), flush=True)
 
-    from verifiers_rl.envs.loading import load_environment
     from verifiers_rl.models.tiny import build_tiny_model
 
-    envs = {"short": letters_env(), "digits": digits_env(),
-            "lora": load_environment("reverse-text", dataset_source="offline", num_eval_examples=16),
-            "wide": letters_env("etaoin shrdlu", [f"Tell me about item number {i} in a few words, please."
-                                                  for i in range(512)])}
+    envs = {name: workload_env(name) for name in WORKLOADS}
     names = {"both": ["short", "lora"], "all": ["short", "digits", "lora"]}.get(a.workload, [a.workload])
     with tempfile.TemporaryDirectory() as tmp:
         tiny = str(build_tiny_model(f"{tmp}/tiny"))

@@ -193,25 +193,6 @@ def test_two_agent_episodes_match_verifiers_own_run_slot(tiny_model_dir):
     assert _same_per_seat(theirs, ours, seats) == [(-1.0, 2), (1.0, 3), (-1.0, 2), (1.0, 2), (1.0, 2), (-1.0, 1)]
 
 
-def kuhn_reply(prompt: str) -> str:
-    """Check when checking is legal, else call: every hand is checked down to a showdown."""
-    last = prompt[prompt.rfind("Your legal actions"):]
-    return "I [check]." if "[check]" in last else "I [call]."
-
-
-@pytest.mark.skipif(not os.environ.get("VF_KUHN_POKER_DIR"), reason="verifiers' environments/kuhn_poker is not on "
-                    "PyPI: set VF_KUHN_POKER_DIR to its folder (in a verifiers checkout) to run this test")
-def test_kuhn_poker_episodes_match_verifiers_own_run_slot(tiny_model_dir):
-    """verifiers' own two-player kuhn_poker (an endless taskset: its first 4 hands), scripted: both drivers agree
-    per seat, and the seats' rewards are zero-sum."""
-    config = {"taskset": {"id": "kuhn-poker"}, "player0": {"runtime": {"type": "subprocess"}},
-              "player1": {"runtime": {"type": "subprocess"}}}
-    theirs, ours, seats = _both_drivers(tiny_model_dir, config, Path(os.environ["VF_KUHN_POKER_DIR"]), kuhn_reply, 4)
-    assert seats == ["player0", "player1"]
-    got = _same_per_seat(theirs, ours, seats)
-    assert all(a[0] == -b[0] and abs(a[0]) == 1.0 and a[1] == b[1] == 1 for a, b in zip(got[::2], got[1::2])), got
-
-
 TRAIN = """
 import json, sys
 import torch

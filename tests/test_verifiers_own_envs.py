@@ -30,6 +30,7 @@ pytestmark = [
 
 
 def _kuhn(prompt: str) -> str:
+    """Check when checking is legal, else call: every hand is checked down to a showdown."""
     last = prompt[prompt.rfind("Your legal actions"):]
     return "I [check]." if "[check]" in last else "I [call]."
 
@@ -50,6 +51,7 @@ ENVS = {
     "code_golf": ({"taskset": {"id": "code_golf"}, "golfer": NULL}, lambda p: "```python\nprint(1)\n```"),
     "interception": ({"taskset": {"id": "interception"}, "agent": NULL}, lambda p: "Done."),
     "bash_interception": ({"taskset": {"id": "bash_interception"}, "agent": NULL}, lambda p: "Done."),
+    "web_search_interception": ({"taskset": {"id": "web_search_interception"}, "agent": NULL}, lambda p: "Done."),
 }
 
 
@@ -80,6 +82,8 @@ def test_rewards_equal_verifiers_own_run_slot(name, tiny_model_dir):
             assert state["reward"] == pytest.approx(traces[seat].reward), (name, game, seat)
             rewards.append(round(state["reward"], 3))
     print(f"{name}: rewards {rewards} (both drivers)")
+    if name == "kuhn_poker":  # two seats, zero-sum: a hand is won or lost
+        assert all(a == -b and abs(a) == 1.0 for a, b in zip(rewards[::2], rewards[1::2])), rewards
 
 
 TOML = """

@@ -136,7 +136,7 @@ def reference_logprobs(trainer: Any, model: Any, mb: Any) -> Any:
 
     with torch.no_grad():
         args = (mb.input_ids, mb.attention_mask, logprob_temperature(trainer.args.temperature))
-        trunc = sampler_truncation(trainer.args)
+        trunc = trainer.mode.truncation  # the sampler's, as the policy's own log-probs use
         if trainer.ref_model is not None:
             return policy_token_logprobs(trainer.ref_model, *args, mask=mb.loss_mask, truncation=trunc)[0]
         with trainer.accelerator.unwrap_model(model).disable_adapter():
