@@ -371,6 +371,69 @@ def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_di
     assert [r["step"] for r in steps if "reward/all/mean" in r] == [1, 2]
 
 
+PRIME_TRAIN = """
+# a `prime train` config (prime-rl's RL config, as the prime CLI ships it) for the fixture taskset
+max_steps = 2
+seq_len = 512
+
+[model]
+name = "{model}"
+
+[orchestrator]
+batch_size = 4
+group_size = 2
+
+[orchestrator.train.sampling]
+max_completion_tokens = 8
+
+[[orchestrator.train.source]]
+name = "reverse"
+
+[orchestrator.train.source.env.taskset]
+id = "v1_tiny_reverse"
+words = ["cat", "lamp", "river", "stone"]
+
+[orchestrator.train.source.env.agent.harness]
+id = "null"
+
+[orchestrator.train.source.env.agent.runtime]
+type = "subprocess"
+
+[orchestrator.eval]
+interval = 1
+num_examples = 4
+
+[[orchestrator.eval.source]]
+env = {{ taskset = {{ id = "v1_tiny_reverse" }} }}
+
+[trainer.optim]
+lr = 1e-2
+
+[inference]
+
+[deployment]
+num_train_gpus = 1
+num_infer_gpus = 1
+"""
+
+
+def test_vf_rl_trains_two_steps_from_a_prime_train_config(tiny_model_dir, tmp_path):
+    """A prime-rl RL config with a v1 env block (docs/hosted.md) runs as it is: translated onto the same run, the
+    deployment set aside in one line, two steps trained with a periodic eval (the taskset found on PYTHONPATH,
+    as a hosted run finds an installed one)."""
+    (tmp_path / "prime.toml").write_text(PRIME_TRAIN.format(model=tiny_model_dir))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(FIXTURES),
+                                                                             os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([*_cli("vf-rl", "verifiers_rl.cli.rl"), "@", "prime.toml", "--output-dir", "out"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert [l for l in out.splitlines() if "set aside" in l and "deployment" in l], out[-3000:]
+    rows = [json.loads(l) for l in (tmp_path / "out/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "reward/all/mean" in r] == [1, 2]
+    assert any(k.startswith("eval/v1_tiny_reverse/") for r in rows for k in r), rows[-1]
+
+
 def test_a_renderer_of_verifiers_choice_reaches_the_train_client(tiny_model_dir):
     """`[env] args.renderer` (vf-eval -a, load_v1_environment(renderer=...)): verifiers' TrainClientConfig.renderer,
     e.g. a tool-capable one for a taskset with tools; checked by verifiers' own config when the env loads."""

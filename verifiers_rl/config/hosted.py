@@ -13,10 +13,12 @@ from, so an error found later (e.g. `trainer.args.temperature`) names the key th
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, ValidationError
 
+from verifiers_rl.config import prime_train
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import Section, TeacherSection, one_line
 
@@ -30,6 +32,9 @@ HOSTED_ONLY_KEYS = ("name", "max_steps", "batch_size", "rollouts_per_example", "
                     "oversampling_factor", "max_async_level", "trajectory_strategy", "sampling", "val", "buffer",
                     "wandb")
 VF_RL_ONLY_KEYS = ("trainer", "inference", "tiny_model", "warmup")
+RETIRED_WARNING = ("warning: this is the `prime rl` config format (a top-level model = \"...\" and [[env]]), which "
+                   "the prime CLI retired: `prime train` takes prime-rl's own config (docs/hosted.md); translated "
+                   "as before")
 
 
 class HostedSampling(Section):
@@ -164,7 +169,10 @@ MAPPING: list[Rule] = [
 
 
 def is_hosted(raw: dict[str, Any]) -> bool:
-    """True for a hosted-format config; an error for one that mixes both formats."""
+    """True for a hosted-format config (`prime train`'s or the retired `prime rl` one); an error for one that mixes
+    the `prime rl` format with vf-rl's."""
+    if prime_train.is_prime_train(raw):
+        return True
     hosted_keys = [k for k in HOSTED_ONLY_KEYS if k in raw]
     env = raw.get("env")
     hosted_env = isinstance(env, list) and all(isinstance(e, dict) and "ratio" not in e for e in env)
@@ -274,7 +282,10 @@ def _eval(e: HostedEval, origin: dict[str, str]) -> dict[str, Any]:
 
 def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Hosted raw config → (vf-rl raw config, origin: vf-rl key path → hosted key path)."""
+    if prime_train.is_prime_train(raw):
+        return prime_train.translate(raw)
     h = _validate(raw)
+    print(RETIRED_WARNING, file=sys.stderr, flush=True)
     origin: dict[str, str] = {"model": "model", "env_file": "env_file"}
     a = _Args(origin)
     _put_direct(h, a)

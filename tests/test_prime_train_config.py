@@ -1,0 +1,253 @@
+"""`prime train` configs (prime-rl's RL config, which the prime CLI ships to hosted training) run through vf-rl:
+translated onto the same run (config/prime_train.py), errors naming the prime-rl key, deprecated keys one warning
+each, the retired `prime rl` format still translated with one warning. The configs below are written in the shape
+of prime-rl's `examples/basic/*/rl.toml` (prime-rl-configs 559b447); the ids are the hosted ones (not installed here:
+environments are not checked). A v1 one trains for real in tests/test_v1_envs.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from verifiers_rl.cli import rl as rl_cli
+from verifiers_rl.config import hosted, prime_train
+from verifiers_rl.config.loading import ConfigError, parse_args
+from verifiers_rl.config.schema import resolve_run
+
+ONE_SEAT = '''
+max_steps = 40
+seq_len = 1024
+
+[model]
+name = "Qwen/Qwen3-0.6B"
+
+[orchestrator]
+batch_size = 64
+group_size = 8
+
+[orchestrator.train.sampling]
+max_completion_tokens = 96
+temperature = 0.9
+
+[[orchestrator.train.source]]
+name = "sorting"
+
+[orchestrator.train.source.env.taskset]
+id = "alphabet-sort"
+min_turns = 2
+max_turns = 4
+
+[orchestrator.train.source.env.agent.harness]
+id = "null"
+
+[orchestrator.train.source.env.agent.runtime]
+type = "subprocess"
+
+[trainer.optim]
+lr = 2e-6
+
+[trainer.model.lora]
+rank = 16
+alpha = 32
+
+[ckpt]
+interval = 10
+
+[inference]
+
+[deployment]
+num_train_gpus = 1
+num_infer_gpus = 1
+'''
+
+TWO_SEATS_GATED = '''
+max_steps = 30
+
+[model]
+name = "Qwen/Qwen3-1.7B"
+
+[monitors.wandb]
+project = "duel"
+
+[orchestrator]
+batch_size = 32
+group_size = 4
+
+[orchestrator.concurrency]
+initial_inflight = 64
+
+[[orchestrator.train.source]]
+curriculum = { gates = { skip_flat = { type = "advantage_range" } } }
+
+[orchestrator.train.source.env.taskset]
+id = "kuhn-poker"
+
+[orchestrator.train.source.env.player.harness]
+id = "null"
+
+[orchestrator.train.source.env.opponent.harness]
+id = "null"
+
+[orchestrator.renderer]
+name = "prime-qwen3"
+
+[orchestrator.eval]
+interval = 10
+num_examples = 16
+skip_first_step = true
+
+[[orchestrator.eval.source]]
+[orchestrator.eval.source.env.taskset]
+id = "kuhn-poker"
+
+[trainer.scheduler]
+type = "cosine"
+warmup_steps = 3
+'''
+
+OPD = '''
+[model]
+name = "Qwen/Qwen3-0.6B"
+
+[orchestrator]
+batch_size = 16
+group_size = 2
+
+[orchestrator.algo]
+type = "opd"
+teacher = { base_url = "http://teacher:8000/v1", name = "Qwen/Qwen3-8B", api_key_var = "TEACHER_KEY" }
+
+[[orchestrator.train.source]]
+env = { taskset = { id = "reverse-text" } }
+ratio = 3.0
+
+[[orchestrator.train.source]]
+env = { taskset = { id = "gsm8k" } }
+
+[trainer.loss]
+kl_tau = 0.002
+'''
+
+
+def load(tmp_path: Path, text: str, *override: str) -> tuple[dict, dict]:
+    path = tmp_path / "prime.toml"
+    path.write_text(text)
+    _, raw, opts = parse_args(["@", str(path), *override])
+    return raw, opts
+
+
+def translated(tmp_path: Path, text: str, *override: str) -> dict:
+    raw, _ = load(tmp_path, text, *override)
+    assert hosted.is_hosted(raw) and prime_train.is_prime_train(raw)
+    return hosted.translate(raw)[0]
+
+
+def test_a_one_seat_v1_config_translates_onto_the_same_run(tmp_path, capsys):
+    native = translated(tmp_path, ONE_SEAT)
+    assert native["model"] == "Qwen/Qwen3-0.6B"
+    assert native["env"] == {"id": "alphabet-sort", "api": "v1", "name": "sorting", "args": {
+        "taskset": {"min_turns": 2, "max_turns": 4},
+        "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}}}
+    assert native["trainer"]["args"] == {
+        "max_steps": 40, "max_seq_len": 1024, "batch_size": 64, "micro_batch_size": 8, "rollouts_per_example": 8,
+        "max_tokens": 96, "temperature": 0.9, "learning_rate": 2e-6, "weight_decay": 0.01, "max_grad_norm": 1.0,
+        "lr_scheduler_type": "constant", "use_lora": True, "lora_rank": 16, "lora_alpha": 32, "save_steps": 10}
+    # the deployment's keys are set aside in one line that names them
+    lines = [l for l in capsys.readouterr().err.splitlines() if "set aside" in l]
+    assert len(lines) == 1 and "deployment.num_train_gpus" in lines[0], lines
+    run = resolve_run(load(tmp_path, ONE_SEAT)[0], {"output_dir": str(tmp_path / "out")}, check_environments=False)
+    assert run.hosted and run.args.rollouts_per_example == 8 and run.args.use_lora
+
+
+def test_two_seats_a_gate_a_renderer_and_eval_translate(tmp_path):
+    native = translated(tmp_path, TWO_SEATS_GATED)
+    args = native["trainer"]["args"]
+    assert native["env"]["args"] == {"taskset": {}, "player": {"harness": {"id": "null"}},
+                                     "opponent": {"harness": {"id": "null"}}, "renderer": {"name": "prime-qwen3"}}
+    assert args["online_difficulty_filtering"] is True and args["use_lora"] is False  # no lora table: full FT
+    assert (args["lr_scheduler_type"], args["warmup_steps"], args["learning_rate"]) == ("cosine", 3, 1e-6)
+    assert args["wandb"] == {"project": "duel"}
+    assert native["eval"] == {"interval": 10, "num_examples": 16, "rollouts_per_example": 1, "before": False,
+                              "after": False, "env": [{"id": "kuhn-poker", "api": "v1", "args": {
+                                  "taskset": {}, "renderer": {"name": "prime-qwen3"}}}]}
+    run = resolve_run(load(tmp_path, TWO_SEATS_GATED)[0], {"output_dir": str(tmp_path / "o")},
+                      check_environments=False)
+    assert run.args.online_difficulty_filtering and not run.args.use_lora
+
+
+def test_opd_with_a_served_teacher_and_two_weighted_sources(tmp_path):
+    native = translated(tmp_path, OPD)
+    assert native["training_mode"] == "opd"
+    assert native["teacher"] == {"url": "http://teacher:8000/v1", "name": "Qwen/Qwen3-8B",
+                                 "api_key_var": "TEACHER_KEY"}
+    assert [(e["id"], e["ratio"]) for e in native["env"]] == [("reverse-text", 3.0), ("gsm8k", 1.0)]
+    assert native["trainer"]["args"]["kl_tau"] == 0.002
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (("[orchestrator.algo]\ntype = \"opd\"", "[orchestrator.algo]\ntype = \"max_rl\""),
+     "orchestrator.algo.type: 'max_rl' is not supported yet by the local trainer"),
+    (("[trainer.loss]\nkl_tau = 0.002", "[trainer.loss]\ndppo_mask_low = 0.1"),
+     "trainer.loss.dppo_mask_low: not supported yet by the local trainer"),
+    (("ratio = 3.0", "ratio = 3.0\ngroup_size = 4"),
+     "orchestrator.train.source.0.group_size: 4 differs from orchestrator.group_size 2"),
+    (("env = { taskset = { id = \"gsm8k\" } }", "env = { taskset = { name = \"gsm8k\" } }"),
+     "orchestrator.train.source.1.env.taskset.id: required key is missing"),
+    (("[orchestrator]\n", "[orchestrator]\nseed_everything = true\n"),
+     "orchestrator.seed_everything: not supported yet by the local trainer"),
+    (("teacher = { base_url", "teacher = { url"), "orchestrator.algo.teacher: a frozen model reference needs "
+                                                  "base_url"),
+])
+def test_what_the_local_trainer_cannot_run_is_one_line_naming_the_prime_rl_key(edit, expected, tmp_path):
+    raw, opts = load(tmp_path, OPD.replace(*edit))
+    with pytest.raises(ConfigError) as e:
+        resolve_run(raw, opts, check_environments=False)
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_later_error_names_the_key_the_user_wrote(tmp_path):
+    raw, opts = load(tmp_path, ONE_SEAT, "--orchestrator.batch-size", "60")
+    with pytest.raises(ConfigError) as e:
+        resolve_run(raw, opts, check_environments=False)
+    assert str(e.value).startswith("orchestrator.batch_size: batch_size=60 must be a multiple of "
+                                   "rollouts_per_example=8"), str(e.value)
+
+
+def test_deprecated_keys_translate_with_one_warning_each(tmp_path, capsys):
+    text = TWO_SEATS_GATED.replace("skip_first_step = true", "eval_base_model = true") \
+        .replace("[orchestrator]\n", "[orchestrator]\ntrajectory_strategy = \"interleaved\"\n")
+    native = translated(tmp_path, text)
+    assert native["eval"]["before"] is True  # eval_base_model = true is skip_first_step = false
+    warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith("warning:")]
+    assert len(warnings) == 2, warnings
+    assert any("orchestrator.eval.eval_base_model is deprecated" in w for w in warnings)
+    assert any("orchestrator.trajectory_strategy is deprecated" in w for w in warnings)
+
+
+def test_the_retired_prime_rl_format_still_runs_with_one_warning(tmp_path, capsys):
+    path = tmp_path / "old.toml"
+    path.write_text('model = "Qwen/Qwen3-0.6B"\nmax_steps = 5\nbatch_size = 8\nrollouts_per_example = 2\n'
+                    '[[env]]\nid = "reverse-text"\n')
+    raw = parse_args(["@", str(path)])[1]
+    native, _ = hosted.translate(raw)
+    assert native["env"] == {"id": "reverse-text", "args": {}}
+    warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith("warning:")]
+    assert len(warnings) == 1 and "`prime train` takes prime-rl's own config" in warnings[0], warnings
+
+
+def test_a_v1_config_without_verifiers_04_is_one_line_naming_the_extra(tmp_path, capsys):
+    """This venv has no verifiers 0.4 (the v1 venv's run of the same config: tests/test_v1_envs.py)."""
+    try:
+        import verifiers.v1  # noqa: F401
+        pytest.skip("verifiers 0.4 is installed here")
+    except ImportError:
+        pass
+    raw_path = tmp_path / "prime.toml"
+    raw_path.write_text(ONE_SEAT)
+    with pytest.raises(SystemExit) as e:
+        rl_cli.main(["@", str(raw_path), "--dry-run", "--output-dir", str(tmp_path / "out")])
+    err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("error:")]
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: orchestrator.train.source.0.api: a verifiers v1 environment needs "
+                             "verifiers>=0.4") and "uv sync --extra verifiers-v1" in err[0]

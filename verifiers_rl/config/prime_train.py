@@ -1,0 +1,487 @@
+"""`prime train` configs (prime-rl's RL config) translated to the same `vf-rl` run.
+
+The prime CLI's `prime train config.toml` ships prime-rl's own RL config to hosted training as it is (the retired
+`prime rl` format, a top-level `model = "..."` and `[[env]]`, is `config/hosted.py`). Such a config is recognised by
+its `[orchestrator]` table, which prime-rl requires and vf-rl never has. The keys that decide what is learned (model,
+steps, batch, sampling, the v1 env blocks, the algorithm and its teacher, optimizer, LoRA, eval, W&B, checkpoints)
+map onto vf-rl keys (`RULES`, the table in docs/hosted.md); the keys that size or place the hosted deployment
+(`IGNORED`) are set aside with one line naming them; any other key is an error naming it. prime-rl's defaults apply
+where the config is silent (lr 1e-6, weight decay 0.01, batch 128, full fine-tuning without `[trainer.model.lora]`).
+
+`translate(raw)` returns the vf-rl raw config and `origin` (vf-rl key path → prime-rl key path), so an error found
+later names the key the user wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from typing import Any, NamedTuple
+
+from verifiers_rl.config.loading import ConfigError
+
+DEFAULT_MICRO_BATCH = 8
+# prime-rl's defaults where they differ from vf-rl's (prime-rl-configs 559b447).
+PRIME_RL_DEFAULTS = {"learning_rate": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0, "batch_size": 128,
+                     "group_size": 1, "eval_interval": 100}
+ALGO_MODES = {"grpo": "rl", "opd": "opd", "sft": "sft"}
+# Renamed or removed keys that still translate, one warning each (the prime CLI warns on the same ones).
+DEPRECATED = {
+    "orchestrator.trajectory_strategy": "ignored: a rollout's turns train as one sample ('interleaved')",
+    "orchestrator.buffer": "the difficulty-filtering buffer left prime-rl: use a source's curriculum gate "
+                           "(curriculum.gates.<name> = {type = 'advantage_range'}); translated as before",
+    "orchestrator.eval.eval_base_model": "renamed orchestrator.eval.skip_first_step with the opposite meaning",
+}
+# Keys that size or place the hosted run; the local run sizes itself (vf-rl's [inference] / [trainer] gpus).
+IGNORED = ("deployment", "inference", "slurm", "log", "run", "output_dir", "clean", "dry_run", "weight_broadcast",
+           "rollout_transport", "env_vars", "tokenizer", "resume", "source_ref", "image_tag", "gpu_type", "volume",
+           "volume_size", "env_file", "type", "monitors.file", "monitors.prime", "trainer.model", "trainer.data",
+           "trainer.log", "trainer.monitors", "trainer.output_dir", "trainer.weight_broadcast",
+           "trainer.rollout_transport", "trainer.matmul_precision", "trainer.memory_profiler_path", "trainer.tokenizer",
+           "trainer.enable_router_replay", "trainer.ckpt", "trainer.resume", "orchestrator.concurrency",
+           "orchestrator.model", "orchestrator.tokenizer", "orchestrator.log", "orchestrator.monitors",
+           "orchestrator.heartbeat", "orchestrator.num_train_workers", "orchestrator.pad_to_multiple_of",
+           "orchestrator.env_server_base_port", "orchestrator.collect_inference_metrics",
+           "orchestrator.inference_metrics_roles", "orchestrator.tasks_per_minute", "orchestrator.output_dir",
+           "orchestrator.max_off_policy_steps", "orchestrator.weight_broadcast", "orchestrator.rollout_transport",
+           "orchestrator.env_vars", "orchestrator.ckpt", "orchestrator.resume", "orchestrator.seq_len",
+           "orchestrator.train.source.*.serve", "orchestrator.eval.source.*.serve")
+
+
+class Rule(NamedTuple):
+    prime: str
+    target: str
+    note: str
+
+
+RULES: list[Rule] = [
+    Rule("name", "trainer.args.run_name", "the prime CLI's run name"),
+    Rule("model.name", "model", "required"),
+    Rule("max_steps", "trainer.args.max_steps", "or orchestrator.max_steps / trainer.max_steps"),
+    Rule("seq_len", "trainer.args.max_seq_len", "or trainer.model.seq_len"),
+    Rule("orchestrator.batch_size", "trainer.args.batch_size", "rollouts per step (default 128); also "
+         "micro_batch_size = gcd(batch_size, 8); token_batch_size is not supported yet"),
+    Rule("orchestrator.group_size", "trainer.args.rollouts_per_example", "default 1; a source's own group_size "
+         "must agree (one group size per run)"),
+    Rule("orchestrator.train.sampling.max_completion_tokens", "trainer.args.max_tokens", "per turn; a source's "
+         "own sampling must agree"),
+    Rule("orchestrator.train.sampling.temperature", "trainer.args.temperature", "default 1.0"),
+    Rule("[[orchestrator.train.source]]", "[env] (one) / [[env]] (several)", "v1: `env.taskset.id` → `id`, the "
+         "rest of `env` (taskset fields, `agent`/seat harness and runtime, an Env package's `id`) → `args`; `name`, "
+         "`ratio` as is"),
+    Rule("orchestrator.train.source.N.curriculum.gates.G", "trainer.args.online_difficulty_filtering",
+         "`type = 'advantage_range'` with the default reject range [0, 0]: drop groups whose advantages are all "
+         "zero; other gates and samplers are not supported yet"),
+    Rule("orchestrator.train.filter_zero_advantages", "—", "accepted: a zero-advantage token adds no policy "
+         "gradient here either"),
+    Rule("orchestrator.renderer", "env.args.renderer", "verifiers' TrainClientConfig.renderer of each v1 env "
+         "(e.g. {name = 'prime-qwen3'})"),
+    Rule("orchestrator.algo.type", "training_mode", "grpo → rl, opd → opd, sft → sft; a source's own algo must "
+         "agree; max_rl, rae, hierarchical_grpo, echo, opsd and length_penalty are not supported yet"),
+    Rule("orchestrator.algo.teacher", "[teacher]", "opd: `base_url` → url, `name` → name, `api_key_var` as is"),
+    Rule("orchestrator.algo.sampling.source", "[teacher]", "sft: a frozen model (`base_url`, `name`) generates "
+         "the rollouts; 'policy' (the default) is not a teacher"),
+    Rule("trainer.loss", "trainer.args.kl_tau", "type 'default': kl_tau as is (dppo_mask_* and adv_tau at their "
+         "defaults; this trainer masks by importance ratio: mask_ratio_low/high); ipo and custom not supported yet"),
+    Rule("trainer.optim.lr", "trainer.args.learning_rate", f"default {PRIME_RL_DEFAULTS['learning_rate']}"),
+    Rule("trainer.optim.weight_decay", "trainer.args.weight_decay", f"default {PRIME_RL_DEFAULTS['weight_decay']}"),
+    Rule("trainer.optim.max_norm", "trainer.args.max_grad_norm", "default 1.0 (none: 0, no clipping)"),
+    Rule("trainer.optim.betas1 / betas2", "trainer.args.adam_beta1 / adam_beta2", "adamw only (the default)"),
+    Rule("trainer.scheduler", "trainer.args.lr_scheduler_type, warmup_steps", "constant, linear, cosine; min_lr "
+         "and decay_steps not supported yet"),
+    Rule("trainer.model.lora", "trainer.args.use_lora and lora_*", "rank → lora_rank, alpha, dropout, "
+         "target_modules, modules_to_save as is; no table: full fine-tuning (use_lora = false)"),
+    Rule("orchestrator.eval", "[eval]", "interval, num_examples, group_size → rollouts_per_example, "
+         "skip_first_step → before = not it, sampling.temperature; `source` as train sources; after = false"),
+    Rule("monitors.wandb", "trainer.args.wandb", "project, entity, name, group, tags, offline as is"),
+    Rule("ckpt.interval / keep_last", "trainer.args.save_steps / save_total_limit", "`[ckpt]` alone: the end of "
+         "training only"),
+]
+
+
+def is_prime_train(raw: dict[str, Any]) -> bool:
+    return isinstance(raw.get("orchestrator"), dict)
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+class _Reader:
+    """The config being read: `take` pops a key; what is left at the end is ignored (IGNORED) or an error."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = copy.deepcopy(raw)
+
+    def take(self, path: str, default: Any = None) -> Any:
+        node: Any = self.raw
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            return node.pop(last)
+        return default
+
+    def table(self, path: str) -> dict[str, Any]:
+        value = self.take(path, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: must be a table, got {value!r}")
+        return value
+
+
+def _leaves(node: Any, prefix: str) -> list[str]:
+    if isinstance(node, dict) and node:
+        return [leaf for k, v in node.items() for leaf in _leaves(v, f"{prefix}.{k}" if prefix else k)]
+    if isinstance(node, list) and any(isinstance(x, dict) for x in node):
+        return [leaf for i, x in enumerate(node) for leaf in _leaves(x, f"{prefix}.{i}")]
+    return [] if isinstance(node, dict) else [prefix]
+
+
+def _ignored(path: str) -> bool:
+    parts = path.split(".")
+    for pattern in IGNORED:
+        pat = pattern.split(".")
+        if len(parts) >= len(pat) and all(p in ("*", q) for p, q in zip(pat, parts)):
+            return True
+    return False
+
+
+def _rest(where: str, table: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
+    """An error naming the first key of `table` this translation does not read (outside `allowed`)."""
+    left = [k for k in table if k not in allowed]
+    if left:
+        raise ConfigError(f"{where}.{left[0]}: not supported yet by the local trainer")
+
+
+class _Out:
+    """The vf-rl raw config being built, remembering which prime-rl key each value came from."""
+
+    def __init__(self) -> None:
+        self.raw: dict[str, Any] = {"trainer": {"args": {}}}
+        self.origin: dict[str, str] = {}
+        self.ignored: list[str] = []  # prime-rl keys set aside (IGNORED), named in one line
+
+    def arg(self, key: str, value: Any, source: str) -> None:
+        if value is not None:
+            self.raw["trainer"]["args"][key] = value
+            self.origin[f"trainer.args.{key}"] = source
+
+    def put(self, key: str, value: Any, source: str) -> None:
+        self.raw[key] = value
+        self.origin[key] = source
+
+
+def _first(r: _Reader, *paths: str) -> tuple[Any, str]:
+    found = [(v, p) for p in paths if (v := r.take(p)) is not None]
+    return found[0] if found else (None, paths[0])
+
+
+def _run_size(r: _Reader, o: _Out) -> None:
+    name = r.take("name")
+    o.arg("run_name", name, "name")
+    model = r.table("model")
+    if not isinstance(model.get("name"), str):
+        raise ConfigError('model.name: required key is missing (the policy: [model] name = "<hub id or dir>")')
+    o.put("model", model.pop("name"), "model.name")
+    _rest("model", model)
+    steps, where = _first(r, "max_steps", "orchestrator.max_steps", "trainer.max_steps")
+    o.arg("max_steps", steps, where)
+    seq_len, where = _first(r, "seq_len", "trainer.model.seq_len")
+    o.arg("max_seq_len", seq_len, where)
+    if r.take("orchestrator.token_batch_size") is not None:
+        raise ConfigError("orchestrator.token_batch_size: not supported yet by the local trainer (set "
+                          "orchestrator.batch_size, in rollouts)")
+    batch = r.take("orchestrator.batch_size", PRIME_RL_DEFAULTS["batch_size"])
+    o.arg("batch_size", batch, "orchestrator.batch_size")
+    if isinstance(batch, int) and batch >= 1:
+        o.arg("micro_batch_size", math.gcd(batch, DEFAULT_MICRO_BATCH), "orchestrator.batch_size")
+
+
+def _sampling(table: dict[str, Any], where: str) -> dict[str, Any]:
+    out = {}
+    for key, target in (("max_completion_tokens", "max_tokens"), ("temperature", "temperature")):
+        if key in table:
+            out[target] = (table.pop(key), f"{where}.{key}")
+    if table.get("extra_body", {}) == {}:
+        table.pop("extra_body", None)
+    _rest(where, table)
+    return out
+
+
+def _teacher(algo: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """A prime-rl frozen model reference (base_url, name, api_key_var) → vf-rl's [teacher]."""
+    if algo.get("type") == "opd":
+        ref, key = algo.pop("teacher", None), f"{where}.teacher"
+        if not isinstance(ref, dict):
+            raise ConfigError(f"{key}: required for algo 'opd' (a served teacher: base_url, name)")
+    else:
+        sampling = algo.pop("sampling", {}) or {}
+        ref, key = sampling.pop("source", "policy"), f"{where}.sampling.source"
+        _rest(f"{where}.sampling", sampling)
+        if ref == "policy":
+            if algo.get("type") == "sft":
+                raise ConfigError(f"{key}: algo 'sft' here trains on a teacher's rollouts: set it to the teacher "
+                                  "(base_url, name)")
+            return None
+    if not isinstance(ref, dict) or "base_url" not in ref:
+        raise ConfigError(f"{key}: a frozen model reference needs base_url (and name)")
+    ref = dict(ref)
+    teacher = {"url": ref.pop("base_url"), "name": ref.pop("name", None), "api_key_var": ref.pop("api_key_var", None)}
+    for k in ("wait_for_ready_timeout", "timeout", "headers", "skip_model_check"):
+        ref.pop(k, None)
+    _rest(key, ref)
+    return {k: v for k, v in teacher.items() if v is not None}
+
+
+def _algo(r: _Reader, sources: list[dict[str, Any]], o: _Out) -> None:
+    algo = r.table("orchestrator.algo")
+    for i, s in enumerate(sources):
+        own = s.pop("algo", None)
+        if own is not None and own != algo:
+            raise ConfigError(f"orchestrator.train.source.{i}.algo: differs from orchestrator.algo; the local "
+                              "trainer runs one algorithm per run (set it once, in [orchestrator.algo])")
+    kind = algo.get("type", "grpo")
+    if kind not in ALGO_MODES:
+        raise ConfigError(f"orchestrator.algo.type: {kind!r} is not supported yet by the local trainer (grpo, opd, "
+                          "sft)")
+    if algo.pop("length_penalty", None) is not None:
+        raise ConfigError("orchestrator.algo.length_penalty: not supported yet by the local trainer")
+    teacher = _teacher(algo, "orchestrator.algo")
+    algo.pop("type", None)
+    _rest("orchestrator.algo", algo)
+    if kind != "grpo":
+        o.put("training_mode", ALGO_MODES[kind], "orchestrator.algo.type")
+    if teacher:
+        o.put("teacher", teacher, "orchestrator.algo")
+
+
+def _env(source: dict[str, Any], where: str, renderer: dict[str, Any] | None) -> dict[str, Any]:
+    """One prime-rl source (its `env` block: taskset, seats, an Env package's id) → a vf-rl v1 env table."""
+    env = copy.deepcopy(source.pop("env", None) or {})
+    taskset = env.pop("taskset", None) or {}
+    if not isinstance(taskset, dict) or not taskset.get("id"):
+        raise ConfigError(f"{where}.env.taskset.id: required key is missing (the v1 taskset: "
+                          f"[{where.rsplit('.', 1)[0]}.env.taskset] id = \"...\")")
+    tid = taskset.pop("id")
+    args: dict[str, Any] = {**env, "taskset": taskset}
+    if renderer:
+        args["renderer"] = dict(renderer)
+    out = {"id": tid, "api": "v1", "args": args}
+    if source.get("name") is not None:
+        out["name"] = source.pop("name")
+    return out
+
+
+def _gate(source: dict[str, Any], where: str) -> bool:
+    """A source's curriculum → whether groups with all-zero advantages are dropped (vf-rl's difficulty filter)."""
+    curriculum = source.pop("curriculum", None) or {}
+    sampler = curriculum.pop("sampler", {"type": "standard"})
+    if sampler.get("type", "standard") != "standard":
+        raise ConfigError(f"{where}.curriculum.sampler: {sampler.get('type')!r} is not supported yet by the local "
+                          "trainer")
+    gates = curriculum.pop("gates", {}) or {}
+    _rest(f"{where}.curriculum", curriculum)
+    for name, gate in gates.items():
+        window = (gate.get("reject_min", 0.0), gate.get("reject_max", 0.0))
+        if gate.get("type") != "advantage_range" or window != (0.0, 0.0) or set(gate) - {"type", "reject_min",
+                                                                                           "reject_max"}:
+            raise ConfigError(f"{where}.curriculum.gates.{name}: only {{type = 'advantage_range'}} with the "
+                              "default reject range [0, 0] is supported yet")
+    return bool(gates)
+
+
+def _train_sources(r: _Reader, o: _Out) -> tuple[list[dict[str, Any]], Any]:
+    sources = r.take("orchestrator.train.source") or []
+    if not isinstance(sources, list) or not sources:
+        raise ConfigError("orchestrator.train.source: required key is missing (at least one "
+                          "[[orchestrator.train.source]] with env.taskset.id)")
+    return sources, r.table("orchestrator.renderer") or None
+
+
+def _train(r: _Reader, o: _Out) -> None:
+    sources, renderer = _train_sources(r, o)
+    _algo(r, sources, o)
+    group = r.take("orchestrator.group_size", PRIME_RL_DEFAULTS["group_size"])
+    shared = _sampling(r.table("orchestrator.train.sampling"), "orchestrator.train.sampling")
+    r.take("orchestrator.train.filter_zero_advantages")
+    envs, gated, seen = [], [], {}
+    for i, s in enumerate(sources):
+        where = f"orchestrator.train.source.{i}"
+        if s.get("group_size", group) != group:
+            raise ConfigError(f"{where}.group_size: {s['group_size']} differs from orchestrator.group_size "
+                              f"{group}; the local trainer uses one group size per run")
+        s.pop("group_size", None)
+        for target, (value, key) in _sampling(s.pop("sampling", {}) or {}, f"{where}.sampling").items():
+            if seen.setdefault(target, value) != value:
+                raise ConfigError(f"{key}: differs from another source's; the local trainer samples all envs "
+                                  "alike (set it once, in [orchestrator.train.sampling])")
+            shared[target] = (value, key)
+        gated.append(_gate(s, where))
+        env = _env(s, where, renderer)
+        ratio = s.pop("ratio", 1.0)
+        if len(sources) > 1:
+            env["ratio"] = ratio
+        if s.pop("serve", None) is not None:
+            o.ignored.append(f"{where}.serve")
+        _rest(where, s)
+        envs.append(env)
+    if any(gated) and not all(gated):
+        raise ConfigError("orchestrator.train.source: a curriculum gate on some sources only; the local trainer "
+                          "filters all envs alike (gate every source, or none)")
+    o.arg("rollouts_per_example", group, "orchestrator.group_size")
+    for target, (value, where) in shared.items():
+        o.arg(target, value, where)
+    if all(gated):
+        o.arg("online_difficulty_filtering", True, "orchestrator.train.source.0.curriculum.gates")
+    o.put("env", envs[0] if len(envs) == 1 else envs, "orchestrator.train.source")
+    if len(envs) == 1:
+        o.origin["env"] = "orchestrator.train.source.0"
+
+
+def _loss(r: _Reader, o: _Out) -> None:
+    loss = r.table("trainer.loss")
+    kind = loss.pop("type", "default")
+    if kind != "default":
+        raise ConfigError(f"trainer.loss.type: {kind!r} is not supported yet by the local trainer (default)")
+    o.arg("kl_tau", loss.pop("kl_tau", None), "trainer.loss.kl_tau")
+    for key, default in (("dppo_mask_low", 0.2), ("dppo_mask_high", 0.2), ("adv_tau", 1.0)):
+        if loss.get(key, default) != default:
+            raise ConfigError(f"trainer.loss.{key}: not supported yet by the local trainer (its loss masks tokens "
+                              "by importance ratio: trainer.args.mask_ratio_low / mask_ratio_high in a vf-rl config)")
+        loss.pop(key, None)
+    _rest("trainer.loss", loss)
+
+
+def _optim(r: _Reader, o: _Out) -> None:
+    optim = r.table("trainer.optim")
+    kind = optim.pop("type", "adamw")
+    if kind != "adamw":
+        raise ConfigError(f"trainer.optim.type: {kind!r} is not supported yet by the local trainer (adamw)")
+    o.arg("learning_rate", optim.pop("lr", PRIME_RL_DEFAULTS["learning_rate"]), "trainer.optim.lr")
+    o.arg("weight_decay", optim.pop("weight_decay", PRIME_RL_DEFAULTS["weight_decay"]), "trainer.optim.weight_decay")
+    norm = optim.pop("max_norm", PRIME_RL_DEFAULTS["max_grad_norm"])
+    o.arg("max_grad_norm", 0.0 if norm is None else norm, "trainer.optim.max_norm")
+    o.arg("adam_beta1", optim.pop("betas1", None), "trainer.optim.betas1")
+    o.arg("adam_beta2", optim.pop("betas2", None), "trainer.optim.betas2")
+    _rest("trainer.optim", optim)
+    sched = r.table("trainer.scheduler")
+    kind = sched.pop("type", "constant")
+    if kind not in ("constant", "linear", "cosine"):
+        raise ConfigError(f"trainer.scheduler.type: {kind!r} is not constant, linear or cosine")
+    o.arg("lr_scheduler_type", kind, "trainer.scheduler.type")
+    if kind != "constant":
+        o.arg("warmup_steps", sched.pop("warmup_steps", 10), "trainer.scheduler.warmup_steps")
+    if sched.get("min_lr", 0.0) != 0.0:
+        raise ConfigError("trainer.scheduler.min_lr: not supported yet by the local trainer (0: decay to zero)")
+    sched.pop("min_lr", None)
+    _rest("trainer.scheduler", sched)
+
+
+def _lora(r: _Reader, o: _Out) -> None:
+    lora = r.take("trainer.model.lora")
+    o.arg("use_lora", lora is not None, "trainer.model.lora")
+    if lora is None:
+        return
+    lora = dict(lora)
+    for key, target in (("rank", "lora_rank"), ("alpha", "lora_alpha"), ("dropout", "lora_dropout"),
+                        ("target_modules", "lora_target_modules"), ("modules_to_save", "lora_modules_to_save")):
+        value = lora.pop(key, None)
+        if key == "alpha" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        o.arg(target, value or None if key == "modules_to_save" else value, f"trainer.model.lora.{key}")
+    _rest("trainer.model.lora", lora)
+
+
+def _eval(r: _Reader, o: _Out, renderer: dict[str, Any] | None) -> None:
+    ev = r.take("orchestrator.eval")
+    if ev is None:
+        return
+    ev = dict(ev)
+    if "eval_base_model" in ev:
+        legacy = ev.pop("eval_base_model")
+        ev.setdefault("skip_first_step", not legacy)
+    out: dict[str, Any] = {"interval": ev.pop("interval", PRIME_RL_DEFAULTS["eval_interval"]),
+                           "num_examples": ev.pop("num_examples", -1),
+                           "rollouts_per_example": ev.pop("group_size", 1),
+                           "before": not ev.pop("skip_first_step", False), "after": False, "env": []}
+    temperature = (ev.pop("sampling", {}) or {}).get("temperature")
+    if temperature is not None:
+        out["temperature"] = temperature
+    ev.pop("retrigger_on_resume", None)
+    for i, s in enumerate(ev.pop("source", []) or []):
+        where = f"orchestrator.eval.source.{i}"
+        s = dict(s)
+        if s.get("interval", out["interval"]) != out["interval"]:
+            raise ConfigError(f"{where}.interval: differs from orchestrator.eval.interval; the local trainer "
+                              "evaluates every env at one interval")
+        s.pop("interval", None)
+        s.pop("sampling", None)
+        if s.pop("serve", None) is not None:
+            o.ignored.append(f"{where}.serve")
+        item = _env(s, where, renderer)
+        for key, target in (("num_examples", "num_examples"), ("group_size", "rollouts_per_example")):
+            if key in s:
+                item[target] = s.pop(key)
+        _rest(where, s)
+        out["env"].append(item)
+    _rest("orchestrator.eval", ev)
+    o.put("eval", out, "orchestrator.eval")
+    for k in ("interval", "num_examples", "temperature", "env"):
+        o.origin[f"eval.{k}"] = f"orchestrator.eval.{k}"
+    o.origin["eval.rollouts_per_example"] = "orchestrator.eval.group_size"
+    o.origin["eval.before"] = "orchestrator.eval.skip_first_step"
+
+
+def _logging(r: _Reader, o: _Out) -> None:
+    wandb = r.take("monitors.wandb")
+    flag = r.take("wandb")  # the command line's --wandb / --no-wandb
+    if flag is not None:
+        wandb = None if flag is False else {**(wandb or {}), **(flag if isinstance(flag, dict) else {})}
+    if wandb is not None:
+        o.arg("wandb", dict(wandb), "monitors.wandb")
+    ckpt = r.take("ckpt")
+    if isinstance(ckpt, dict):
+        o.arg("save_steps", ckpt.pop("interval", None), "ckpt.interval")
+        o.arg("save_total_limit", ckpt.pop("keep_last", None), "ckpt.keep_last")
+        ckpt.pop("output_dir", None)
+        _rest("ckpt", ckpt, ("keep_interval",))
+
+
+def _deprecated(r: _Reader, o: _Out) -> None:
+    for key, why in DEPRECATED.items():
+        node = r.raw
+        for part in key.split(".")[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key.rsplit(".", 1)[1] in node:
+            _warn(f"{key} is deprecated: {why}")
+    r.take("orchestrator.trajectory_strategy")
+    buffer = r.take("orchestrator.buffer")
+    for key, value in (buffer or {}).items():
+        if key not in ("online_difficulty_filtering", "easy_threshold", "hard_threshold", "easy_fraction",
+                       "hard_fraction", "seed"):
+            raise ConfigError(f"orchestrator.buffer.{key}: not supported by the local trainer")
+        o.arg(key if key != "seed" else "seed", value, f"orchestrator.buffer.{key}")
+
+
+def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A `prime train` raw config → (vf-rl raw config, origin: vf-rl key path → prime-rl key path)."""
+    r, o = _Reader(raw), _Out()
+    _deprecated(r, o)
+    _run_size(r, o)
+    renderer = r.raw.get("orchestrator", {}).get("renderer")
+    _train(r, o)
+    _loss(r, o)
+    _optim(r, o)
+    _lora(r, o)
+    _eval(r, o, renderer if isinstance(renderer, dict) else None)
+    _logging(r, o)
+    for leaf in _leaves(r.raw, ""):
+        if not _ignored(leaf):
+            raise ConfigError(f"{leaf}: not supported yet by the local trainer")
+        o.ignored.append(leaf)
+    if o.ignored:
+        names = sorted({".".join(x.split(".")[:2]) for x in o.ignored})
+        print(f"prime train config: set aside (they size or place the hosted run; the local run sizes itself): "
+              f"{', '.join(names)}", file=sys.stderr, flush=True)
+    return o.raw, o.origin
