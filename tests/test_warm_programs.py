@@ -91,12 +91,25 @@ def test_only_the_uv_script_form_runs_warm():
 
 
 LAZY = '''
+import functools
+import os
+
 import pydantic
 
 
 class Reply(pydantic.BaseModel):  # built at first use, as SDKs defer their response types
     model_config = pydantic.ConfigDict(defer_build=True)
     text: str
+
+
+@functools.lru_cache
+def fields_of(cls):  # derived from a type, memoised per process, as SDKs do with their type hints
+    return tuple(cls.model_fields)
+
+
+@functools.lru_cache
+def home():  # reads the run's environment: the server, which does not share it, never computes it
+    return os.environ.get("LAZY_HOME")
 '''
 
 FIRST_USE = '''
@@ -104,9 +117,11 @@ import json, ssl, sys
 import certifi
 import lazymod
 built_at_start = lazymod.Reply.__pydantic_complete__
+memo_at_start = lazymod.fields_of.cache_info().currsize
 lazymod.Reply(text="x")  # builds it
+assert lazymod.fields_of(lazymod.Reply) == ("text",)
 ctx = ssl.create_default_context(cafile=certifi.where())  # as an HTTP client does for every client it makes
-print(json.dumps({"built_at_start": built_at_start, "cas": ctx.cert_store_stats()["x509_ca"],
+print(json.dumps({"built_at_start": built_at_start, "memo_at_start": memo_at_start, "home": lazymod.home(), "cas": ctx.cert_store_stats()["x509_ca"],
                   "verify": ctx.verify_mode == ssl.CERT_REQUIRED}))
 '''
 
@@ -114,7 +129,8 @@ print(json.dumps({"built_at_start": built_at_start, "cas": ctx.cert_store_stats(
 def test_what_a_run_does_at_first_use_the_next_run_finds_done(tmp_path):
     """A pydantic model built lazily is built by the server before the next fork; a CA bundle a run loaded through
     `ssl.create_default_context(cafile=...)` is loaded by the server, and the next run gets that (unused) context:
-    the same certificates and settings, the key missed once only."""
+    the same certificates and settings, the key missed once only; a memoised function of a type is computed by the
+    server, one of the run's environment is not (each run sees its own)."""
     (tmp_path / "lazymod.py").write_text(LAZY)
     script = tmp_path / "first_use.py"
     script.write_text(FIRST_USE)
@@ -122,8 +138,9 @@ def test_what_a_run_does_at_first_use_the_next_run_finds_done(tmp_path):
     assert sock is not None
     try:
         runs = []
-        for _ in range(3):
-            code, out, err = asyncio.run(warm.run_warm(sock, [], dict(os.environ), str(tmp_path)))
+        for i in range(3):
+            env = {**os.environ, "LAZY_HOME": f"home-{i}"}
+            code, out, err = asyncio.run(warm.run_warm(sock, [], env, str(tmp_path)))
             assert code == 0, err
             runs.append(json.loads(out))
         learned = open(sock + ".modules").read().splitlines()
@@ -131,6 +148,8 @@ def test_what_a_run_does_at_first_use_the_next_run_finds_done(tmp_path):
         warm.stop_servers()
     assert not os.path.exists(os.path.dirname(sock))  # the socket and what it learned go with the server
     assert [r["built_at_start"] for r in runs] == [False, True, True]
+    assert [r["memo_at_start"] for r in runs] == [0, 1, 1]
+    assert [r["home"] for r in runs] == ["home-0", "home-1", "home-2"]
     assert runs[0]["cas"] > 0 and all(r["cas"] == runs[0]["cas"] and r["verify"] for r in runs)
     assert "model:lazymod:Reply" in learned
     assert len([line for line in learned if line.startswith("ssl:")]) == 1

@@ -67,6 +67,8 @@ def in_flight(engine: Any):
         yield
     finally:
         engine.rollouts_in_flight -= 1
+        if engine.rollouts_in_flight == 0:
+            engine.driver_loop = None  # no rollout runs there now: the route decodes on its own loop again
 
 
 def agents_per_rollout(env: Any) -> int:

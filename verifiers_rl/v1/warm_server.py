@@ -6,7 +6,8 @@ in its own session (so the caller can kill its process group), its stdout and st
 Why: verifiers' `null` harness starts its chat program, a fresh Python that imports openai, httpx and anyio, for
 every episode (about 1-2 s of imports here); a forked child starts with them imported. What a run does at first
 use the server then does before its next fork (`learn`): the modules it imported lazily, the pydantic models it
-built lazily, the CA bundles it loaded through `ssl.create_default_context`. The caller's side is
+built lazily, the CA bundles it loaded through `ssl.create_default_context`, the calls of memoised (lru_cache)
+functions of a type it made. The caller's side is
 `v1/warm_programs.py`. Standard library only: this file runs in the script's environment, not in ours.
 
 Protocol, one connection per run: request `{"args": [...], "env": {...}, "cwd": "..."}` + newline; replies
@@ -16,7 +17,9 @@ Protocol, one connection per run: request `{"args": [...], "env": {...}, "cwd": 
 from __future__ import annotations
 
 import ast
+import base64
 import builtins
+import functools
 import gc
 import importlib
 import json
@@ -25,8 +28,10 @@ import signal
 import socket
 import ssl
 import sys
+import pickle
 import tempfile
 import traceback
+import types
 
 
 def preload(script: str) -> list[str]:
@@ -48,25 +53,32 @@ def preload(script: str) -> list[str]:
     return done
 
 
-def learn(path: str) -> None:
-    """Do before the next fork what earlier runs did lazily (listed in `path` by `run_child`), so the next children
-    start with it done: import the modules they imported at first use (an HTTP client's transport, an SDK's
-    resources) and build the pydantic models they built at first use (SDKs defer them: openai's response types
-    cost about 35 ms a run here)."""
+def learn(path: str, offset: int = 0) -> int:
+    """Do before the next fork what earlier runs did lazily (listed in `path` by `run_child`, read from `offset`),
+    so the next children start with it done: import the modules they imported at first use (an HTTP client's
+    transport, an SDK's resources), build the pydantic models they built at first use (SDKs defer them: openai's
+    response types cost about 35 ms a run here), premake their CA-bundle SSL contexts. Returns the offset read to
+    (whole lines only: a child may be writing the next one)."""
     try:
-        lines = open(path, encoding="utf-8").read().splitlines()
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
     except OSError:
-        return
-    for name in lines:
+        return offset
+    data = data[:data.rfind(b"\n") + 1]
+    for name in data.decode("utf-8", errors="replace").splitlines():
         if name.startswith("model:"):
             _build_model(name[len("model:"):])
         elif name.startswith("ssl:"):
             _premake_ssl(tuple(json.loads(name[len("ssl:"):])))
+        elif name.startswith("memo:"):
+            _replay_memo(name[len("memo:"):])
         elif name not in sys.modules:
             try:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the child imports it as it did before
                 pass
+    return offset + len(data)
 
 
 def _build_model(ref: str) -> None:
@@ -137,7 +149,96 @@ def learned_lines(modules_before: set, unbuilt_before: set) -> list[str]:
     modules = [m for m in list(sys.modules) if m not in modules_before and not m.startswith("__")]
     models = [f"model:{c.__module__}:{c.__qualname__}" for c in unbuilt_before
               if c.__dict__.get("__pydantic_complete__") is True]
-    return modules + models + [f"ssl:{json.dumps(list(key), separators=(',', ':'))}" for key in _ssl_missed]
+    return (modules + models + [f"ssl:{json.dumps(list(key), separators=(',', ':'))}" for key in _ssl_missed]
+            + memo_lines())
+
+
+# --- memoised functions: what a run's `functools.lru_cache` functions computed, the server computes too -------------
+# An SDK memoises per process what it derives from its types (openai: the type hints of its request TypedDicts, the
+# pydantic TypeAdapters of its response fields: about a third of a chat program's own time here), so each child
+# paid it again. The server wraps each module-level lru_cache function of the packages it loaded (`_Memo`); in a
+# child the wrapper records the calls that missed the cache with a type among their arguments (what is derived from
+# a type does not depend on the run's environment, which the server does not share), and the server makes the same
+# calls before its next fork. Arguments that do not pickle (or pickle large) are left to the child.
+
+_MEMOS: dict = {}  # "module:name" → the original lru_cache function
+_memo_missed: list = []  # (key, args, kwargs) of the calls a child's run missed
+_recording = False  # true in a child only
+_scanned: set = set()
+MEMO_MAX_BYTES = 65536
+
+
+def _is_type(value) -> bool:
+    return isinstance(value, type) or hasattr(value, "__origin__")  # a class, or a typing form (List[int], ...)
+
+
+class _Memo:
+    """A module-level lru_cache function, recording (in a child) the calls that missed its cache."""
+
+    __slots__ = ("_fn", "_key")
+
+    def __init__(self, fn, key: str) -> None:
+        self._fn, self._key = fn, key
+
+    def __call__(self, *args, **kwargs):
+        if not _recording:
+            return self._fn(*args, **kwargs)
+        misses = self._fn.cache_info().misses
+        result = self._fn(*args, **kwargs)
+        if self._fn.cache_info().misses != misses and any(_is_type(a) for a in args):
+            _memo_missed.append((self._key, args, kwargs))
+        return result
+
+    def __get__(self, obj, objtype=None):  # as the lru_cache wrapper binds, when it sits on a class
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+
+def wrap_memos() -> None:
+    """Wrap the module-level lru_cache functions of the third-party modules loaded since the last call."""
+    stdlib = getattr(sys, "stdlib_module_names", ())
+    found: dict = {}
+    for name, module in list(sys.modules.items()):
+        if name in _scanned or name.partition(".")[0] in stdlib or module is None:
+            continue
+        _scanned.add(name)
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            if isinstance(value, functools._lru_cache_wrapper):
+                found.setdefault(id(value), (value, f"{name}:{attr}"))
+    if not found:
+        return
+    proxies = {i: _Memo(fn, key) for i, (fn, key) in found.items()}
+    _MEMOS.update({key: fn for fn, key in found.values()})
+    for module in list(sys.modules.values()):  # every module that imported one holds the same object
+        d = getattr(module, "__dict__", None)
+        if isinstance(d, dict):
+            for attr, value in list(d.items()):
+                if id(value) in proxies and isinstance(value, functools._lru_cache_wrapper):
+                    d[attr] = proxies[id(value)]
+
+
+def memo_lines() -> list[str]:
+    lines = []
+    for call in _memo_missed:
+        try:
+            blob = pickle.dumps(call, protocol=4)
+        except Exception:  # noqa: BLE001 - not one the server can make: the child computed it
+            continue
+        if len(blob) <= MEMO_MAX_BYTES:
+            lines.append("memo:" + base64.b64encode(blob).decode())
+    return list(dict.fromkeys(lines))
+
+
+def _replay_memo(blob: str) -> None:
+    try:
+        key, args, kwargs = pickle.loads(base64.b64decode(blob))
+        fn = _MEMOS.get(key)
+        if fn is not None:
+            fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the next child computes it as it did before
+        pass
 
 
 def _die_with_parent() -> None:
@@ -169,11 +270,14 @@ def _exit_code(e: SystemExit) -> int:
     return 1
 
 
-def run_child(conn: socket.socket, script: str, code_obj: object, learned: str) -> None:
-    """In the forked child: run the script for the request on `conn`, reply, exit; the modules the run imported
-    are appended to `learned` for the server to import before its next fork."""
+def run_child(conn: socket.socket, script: str, code_obj: object, learned: str, unbuilt: set) -> None:
+    """In the forked child: run the script for the request on `conn`, reply, exit. What the run did lazily (the
+    modules it imported, which of the server's `unbuilt` pydantic models it built, the CA bundles it loaded:
+    `learned_lines`) is appended to `learned`, for the server to do before its next fork."""
+    global _recording
     code = 1
-    before, unbuilt = set(sys.modules), unbuilt_models()
+    before = set(sys.modules)
+    _recording = True
     try:
         request = json.loads(_read_line(conn))
         os.setsid()
@@ -224,13 +328,18 @@ def serve(sock_path: str, script: str) -> None:
     server.bind(sock_path)
     server.listen(256)
     print(json.dumps({"ready": True, "preloaded": loaded}), flush=True)
+    wrap_memos()
+    offset, unbuilt = 0, unbuilt_models()
     while True:
         conn, _ = server.accept()
-        learn(learned)
+        read_to = learn(learned, offset)
+        if read_to != offset:  # something new was built or imported: walk the models again
+            wrap_memos()
+            offset, unbuilt = read_to, unbuilt_models()
         gc.freeze()  # what the server holds stays out of the children's collections: no copy-on-write of it
         if os.fork() == 0:
             server.close()
-            run_child(conn, script, code_obj, learned)
+            run_child(conn, script, code_obj, learned, unbuilt)
         conn.close()
 
 
