@@ -146,7 +146,8 @@ class RLConfig(CheckpointSettings, TrainingArguments):
     kl_tau: float = _setting(LossConfig, "kl_tau")
     beta: float = _setting(LossConfig, "beta")
     loss: dict[str, Any] | None = field(default=None, metadata={
-        "help": "The loss: a table with 'type' (default, dapo; opd and sft for those modes; None: the mode's own) and "
+        "help": "The loss: a table with 'type' (default, dapo, and TRL's grpo, bnpo, dr_grpo, cispo, sapo, luspo; opd "
+                "and sft for those modes; None: the mode's own) and "
                 "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}. docs/training.md#choosing-a-loss"})
     scale_rewards: str = _setting(GRPOAdvantageConfig, "scale_rewards")  # grpo's key (trainer/advantage_types/)
     advantage: dict[str, Any] | None = field(default=None, metadata={

@@ -80,12 +80,13 @@ def gather_states(states: list[dict[str, Any]], world: int) -> tuple[list[dict[s
     return merged, offset
 
 
-def step_totals(loss_tokens: float, micro_batches: int, world: int) -> tuple[float, int]:
-    """(the step's loss tokens over all ranks: the loss normalizer; the most micro-batches any rank has)."""
+def step_totals(loss_tokens: float, sequences: int, micro_batches: int, world: int) -> tuple[float, int, int]:
+    """(the step's loss tokens over all ranks: the loss normalizer; its sequences over all ranks; the most
+    micro-batches any rank has)."""
     if world <= 1:
-        return loss_tokens, micro_batches
-    parts = all_gather((float(loss_tokens), int(micro_batches)), world)
-    return sum(p[0] for p in parts), max(p[1] for p in parts)
+        return loss_tokens, sequences, micro_batches
+    parts = all_gather((float(loss_tokens), int(sequences), int(micro_batches)), world)
+    return sum(p[0] for p in parts), sum(p[1] for p in parts), max(p[2] for p in parts)
 
 
 def pad_micro_batches(micro: list[list[Any]], target: int, filler: Any) -> list[tuple[list[Any], bool]]:

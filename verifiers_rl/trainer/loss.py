@@ -7,7 +7,7 @@ The default loss is verifiers' importance-ratio-masked policy gradient (CISPO-li
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -63,7 +63,9 @@ class LossInputs:
     ``advantages`` is ``[B]`` (one per sequence, broadcast over its tokens) or ``[B, T]`` (per token).
     ``loss_mask`` is true on the completion tokens that train (env responses and prompts are false).
     ``total_loss_tokens`` is the number of loss tokens in the whole optimizer step, across all micro-batches and
-    ranks, so that summing the micro-batch losses gives the step's per-token mean.
+    ranks, so that summing the micro-batch losses gives the step's per-token mean. ``total_sequences`` (the step's
+    sequences), ``total_micro_batches`` (micro-batches over all ranks) and ``max_completion_length`` (the run's
+    max_tokens) are the other normalisers a loss may divide by (TRL's loss types: ``losses/trl_types.py``).
     """
 
     trainer_logprobs: torch.Tensor
@@ -72,6 +74,9 @@ class LossInputs:
     loss_mask: torch.Tensor
     total_loss_tokens: int | torch.Tensor
     ref_logprobs: torch.Tensor | None = None
+    total_sequences: int | None = None
+    total_micro_batches: int | None = None
+    max_completion_length: int | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.trainer_logprobs.shape)
@@ -87,6 +92,14 @@ class LossInputs:
         # Only plain ints are checked: reading a device tensor would force a sync every micro-batch.
         if not isinstance(self.total_loss_tokens, torch.Tensor) and self.total_loss_tokens < 0:
             raise ValueError(f"total_loss_tokens must be >= 0, got {self.total_loss_tokens}")
+
+
+class StepTotals(NamedTuple):
+    """A step's totals over all its micro-batches and ranks, what losses normalise by (``LossInputs``)."""
+
+    tokens: torch.Tensor  # loss tokens
+    sequences: int
+    micro_batches: int
 
 
 @dataclass

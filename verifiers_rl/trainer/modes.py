@@ -111,13 +111,15 @@ class RLMode:
         return build_samples(states, advantages, max_seq_len=a.max_seq_len, mask_env_responses=a.mask_env_responses,
                              mask_truncated_completions=a.mask_truncated_completions, max_prompt_len=a.max_prompt_len)
 
-    def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, total_tokens: Any) -> Any:
+    def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, totals: Any) -> Any:
         from verifiers_rl.trainer.loss import LossInputs
 
         # a loss with a reference KL weight (beta) gets the reference policy's log-probs
         ref = reference_logprobs(self.trainer, model, mb) if getattr(self.loss_config, "beta", 0) > 0 else None
         inputs = LossInputs(trainer_logprobs=lp, sampling_logprobs=sampling, advantages=mb.advantages,
-                            loss_mask=mb.loss_mask, total_loss_tokens=total_tokens, ref_logprobs=ref)
+                            loss_mask=mb.loss_mask, total_loss_tokens=totals.tokens, ref_logprobs=ref,
+                            total_sequences=totals.sequences, total_micro_batches=totals.micro_batches,
+                            max_completion_length=self.args.max_tokens or self.args.max_seq_len)
         return self.loss_spec.fn(inputs, self.loss_config)
 
     def finish(self, metrics: dict[str, float]) -> dict[str, float]:
@@ -170,8 +172,10 @@ class OPDMode(RLMode):
                 out[r, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
         return out.to(mb.input_ids.device)
 
-    def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, total_tokens: Any) -> Any:
+    def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, totals: Any) -> Any:
         from verifiers_rl.trainer.distill_loss import DistillInputs
+
+        total_tokens = totals.tokens
 
         mask = mb.loss_mask & ~mb.env_mask  # the KL only on the policy's own sampled tokens
         inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mask, total_loss_tokens=total_tokens,
@@ -214,8 +218,10 @@ class SFTMode(RLMode):
                                max_prompt_len=a.max_prompt_len, min_reward=a.sft_min_reward,
                                tools=getattr(self.trainer.env, "tool_defs", None))
 
-    def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, total_tokens: Any) -> Any:
+    def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, totals: Any) -> Any:
         from verifiers_rl.trainer.distill_loss import DistillInputs
+
+        total_tokens = totals.tokens
 
         inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mb.loss_mask, total_loss_tokens=total_tokens)
         return self.loss_spec.fn(inputs, self.loss_config)

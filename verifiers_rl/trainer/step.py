@@ -19,7 +19,7 @@ from verifiers_rl.trainer import distributed
 from verifiers_rl.trainer.advantage_types.settings import advantages_for
 from verifiers_rl.trainer.batching import collate, drop_reason, split_micro_batches
 from verifiers_rl.trainer.logprobs import policy_token_logprobs
-from verifiers_rl.trainer.loss import masked_mean
+from verifiers_rl.trainer.loss import StepTotals, masked_mean
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.token_export import sequence_records, write_records
 
@@ -92,8 +92,9 @@ class StepRunner:
         # `samples` are this rank's own groups; the loss is normalized by the loss tokens of the whole step, and
         # every rank runs as many micro-batches as the busiest one (zero-weight padding: FSDP/DDP collectives).
         micro = split_micro_batches(samples, args.micro_batch_size)
-        tokens, n_micro = distributed.step_totals(sum(sum(s.loss_mask) for s in samples), len(micro), world)
-        total_tokens = torch.tensor(float(tokens), device=args.device)
+        tokens, sequences, n_micro = distributed.step_totals(sum(sum(s.loss_mask) for s in samples), len(samples),
+                                                             len(micro), world)
+        totals = StepTotals(torch.tensor(float(tokens), device=args.device), sequences, n_micro * world)
         padded = distributed.pad_micro_batches(micro, n_micro, filler_sample(tr.processing_class.pad_token_id))
         model.train()
         acc = TokenWeightedMetrics(when_empty=tr.mode.loss_spec.when_empty)  # what the loss reports for no tokens
@@ -115,7 +116,7 @@ class StepRunner:
                                                 **self.packing(model, mb))
                 # Environment tokens trained with mask_env_responses=False have no sampling logprob: ratio 1.
                 sampling = torch.where(mb.env_mask & mb.loss_mask, lp.detach(), mb.sampling_logprobs)
-                out = tr.mode.loss(model, mb, lp, sampling, total_tokens)  # rl: compute_loss; opd/sft: distill_loss
+                out = tr.mode.loss(model, mb, lp, sampling, totals)  # rl: compute_loss; opd/sft: distill_loss
                 tr.accelerator.backward(out.loss * world)  # DDP averages gradients over ranks
             if padding:
                 continue

@@ -26,9 +26,9 @@ def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared:
                 raise ValueError(f"{key}={top!r} and {section}.{key}={table[key]!r} are both set; keep one")
             values[key] = table.get(key, top)
         elif top != default:
-            users = " or ".join(repr(n)
-                                for n in names if key in {f.name for f in dataclasses.fields(config_of(n))})
-            raise ValueError(f"{key}={top!r} applies to {section}.type {users}, not {name!r}; remove it")
+            users = [n for n in names if key in {f.name for f in dataclasses.fields(config_of(n))}]
+            which = repr(users[0]) if len(users) == 1 else f"one of {', '.join(users)}"
+            raise ValueError(f"{key}={top!r} applies to {section}.type {which}, not {name!r}; remove it")
     values.update(table)
     return config(**values)
 

@@ -19,6 +19,13 @@ from typing import Any, Callable
 LOSSES: dict[str, str] = {
     "default": "verifiers_rl.trainer.losses.default",
     "dapo": "verifiers_rl.trainer.losses.dapo",
+    # TRL's GRPOConfig.loss_type names, value for value (checked against TRL's own loss code)
+    "grpo": "verifiers_rl.trainer.losses.trl_types:GRPO",
+    "bnpo": "verifiers_rl.trainer.losses.trl_types:BNPO",
+    "dr_grpo": "verifiers_rl.trainer.losses.trl_types:DR_GRPO",
+    "cispo": "verifiers_rl.trainer.losses.trl_types:CISPO",
+    "sapo": "verifiers_rl.trainer.losses.trl_types:SAPO",
+    "luspo": "verifiers_rl.trainer.losses.trl_types:LUSPO",
     "opd": "verifiers_rl.trainer.losses.distill:OPD",
     "sft": "verifiers_rl.trainer.losses.distill:SFT",
 }
