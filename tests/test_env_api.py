@@ -318,3 +318,35 @@ def test_load_environment_from_workspace_and_bad_args(tmp_path, monkeypatch):
     assert len(env.dataset) == 3 and env.env_id == "my-env"
     with pytest.raises(EnvironmentArgsError, match="did you mean 'num_examples'"):
         vf.load_environment("my-env", num_exampels=3)
+
+
+def test_marked_handlers_get_the_objects_they_name_every_call_and_made_ones_are_not_kept():
+    """`call_marked` reads a handler's parameters once per function (stop conditions run every turn): the
+    second call of each shape gets the same objects; a handler made per rollout leaves no entry behind."""
+    import asyncio
+    import gc
+
+    from verifiers_rl import decorators
+
+    class Env:
+        def named(self, state, env):
+            return ("named", state["n"], env)
+
+        def old_style(self, st):
+            return ("old", st["n"])
+
+        def any_kwargs(self, **kw):
+            return ("kw", sorted(kw))
+
+    e = Env()
+    for n in (1, 2):
+        assert asyncio.run(decorators.call_marked(e.named, {"n": n}, env="E")) == ("named", n, "E")
+        assert asyncio.run(decorators.call_marked(e.old_style, {"n": n}, env="E")) == ("old", n)
+        assert asyncio.run(decorators.call_marked(e.any_kwargs, {"n": n}, env="E")) == ("kw", ["env", "state"])
+    before = len(decorators._PARAMS[False])
+    for n in range(5):
+        made = lambda state, k=n: state["n"] + k  # noqa: E731 - a handler made per rollout
+        assert asyncio.run(decorators.call_marked(made, {"n": 1})) == 1 + n
+        del made
+    gc.collect()
+    assert len(decorators._PARAMS[False]) == before

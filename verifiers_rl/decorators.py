@@ -9,6 +9,7 @@ calls a 0.1.11-style handler whose one argument has another name with the state 
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any, Callable
 
 
@@ -40,15 +41,37 @@ def marked_methods(obj: Any, kind: str) -> list[Callable]:
     return [getattr(obj, name) for _, name in sorted(found)]
 
 
-async def call_marked(handler: Callable, state: Any, **objects: Any) -> Any:
-    """Call a stop condition / cleanup handler with the objects it names (all of them for `**kwargs`); one
-    naming none of them gets the state as its one positional argument (how verifiers 0.1.11 called it)."""
-    objects["state"] = state
+# function → (parameter names, takes **kwargs), for bound methods and for plain callables; weak, so a handler
+# made per rollout (a closure) does not pile up
+_PARAMS = {True: weakref.WeakKeyDictionary(), False: weakref.WeakKeyDictionary()}
+
+
+def _params(handler: Callable) -> tuple[frozenset[str], bool]:
+    """The parameter names `handler` takes and whether it takes `**kwargs`, read once per function: handlers are
+    called for every rollout turn (stop conditions), and `inspect.signature` costs tens of microseconds."""
+    cache, func = _PARAMS[inspect.ismethod(handler)], getattr(handler, "__func__", handler)
+    try:
+        return cache[func]
+    except (KeyError, TypeError):  # TypeError: not weakly referable, read each time
+        pass
     try:
         params = inspect.signature(handler).parameters
     except (TypeError, ValueError):
         params = {}
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+    found = (frozenset(params), any(p.kind == p.VAR_KEYWORD for p in params.values()))
+    try:
+        cache[func] = found
+    except TypeError:
+        pass
+    return found
+
+
+async def call_marked(handler: Callable, state: Any, **objects: Any) -> Any:
+    """Call a stop condition / cleanup handler with the objects it names (all of them for `**kwargs`); one
+    naming none of them gets the state as its one positional argument (how verifiers 0.1.11 called it)."""
+    objects["state"] = state
+    params, var_keyword = _params(handler)
+    if var_keyword:
         result = handler(**objects)
     elif any(name in params for name in objects):
         result = handler(**{k: v for k, v in objects.items() if k in params})
