@@ -405,9 +405,10 @@ def _eval(r: _Reader, o: _Out, renderer: dict[str, Any] | None) -> None:
                            "num_examples": ev.pop("num_examples", -1),
                            "rollouts_per_example": ev.pop("group_size", 1),
                            "before": not ev.pop("skip_first_step", False), "after": False, "env": []}
-    temperature = (ev.pop("sampling", {}) or {}).get("temperature")
-    if temperature is not None:
-        out["temperature"] = temperature
+    sampling = dict(ev.pop("sampling", {}) or {})
+    if sampling.get("temperature") is not None:
+        out["temperature"] = sampling.pop("temperature")
+    _rest("orchestrator.eval.sampling", sampling)
     ev.pop("retrigger_on_resume", None)
     for i, s in enumerate(ev.pop("source", []) or []):
         where = f"orchestrator.eval.source.{i}"
@@ -416,7 +417,8 @@ def _eval(r: _Reader, o: _Out, renderer: dict[str, Any] | None) -> None:
             raise ConfigError(f"{where}.interval: differs from orchestrator.eval.interval; the local trainer "
                               "evaluates every env at one interval")
         s.pop("interval", None)
-        s.pop("sampling", None)
+        # the local eval samples all envs alike (orchestrator.eval.sampling): a source's own is not read
+        _rest(f"{where}.sampling", s.pop("sampling", {}) or {})
         if s.pop("serve", None) is not None:
             o.ignored.append(f"{where}.serve")
         item = _env(s, where, renderer)

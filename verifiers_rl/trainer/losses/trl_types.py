@@ -32,22 +32,16 @@ from verifiers_rl.trainer.losses import LossSpec
 LEVELS = ("token", "sequence")
 
 
-def _eps(default_high: float = 0.2) -> tuple:
-    low = field(default=0.2, metadata={"help": "Lower clip: 1 - epsilon_low bounds the ratio of a negative-advantage "
-                                               "token (TRL's epsilon, default 0.2)."})
-    high = field(default=default_high, metadata={"help": "Upper clip: 1 + epsilon_high bounds the ratio of a "
-                                                         "positive-advantage token (TRL's epsilon_high)."})
-    return low, high
-
-
 BETA_HELP = "Weight of the k3 KL to the reference (initial) policy, per token (TRL's beta; 0 disables it)."
 
 
 @dataclass
 class ClippedLossConfig:
     """The clipped-ratio losses' keys (token-level ratios only, as TRL requires for bnpo and dr_grpo)."""
-    epsilon_low: float = _eps()[0]
-    epsilon_high: float = _eps()[1]
+    epsilon_low: float = field(default=0.2, metadata={"help": "Lower clip: 1 - epsilon_low bounds the ratio of a "
+                                                             "negative-advantage token (TRL's epsilon, default 0.2)."})
+    epsilon_high: float = field(default=0.2, metadata={"help": "Upper clip: 1 + epsilon_high bounds the ratio of a "
+                                                              "positive-advantage token (TRL's epsilon_high)."})
     delta: float | None = field(default=None, metadata={"help": "Two-sided clipping: the unclipped ratio is capped "
                                                                 "at delta (TRL's delta; None: off)."})
     beta: float = field(default=0.0, metadata={"help": BETA_HELP})
@@ -165,11 +159,13 @@ def _clipped(coef: torch.Tensor, adv: torch.Tensor, c: ClippedLossConfig) -> tup
     return -torch.minimum(capped * adv, clipped * adv), no_grad
 
 
-def _outputs(loss: torch.Tensor, mask: torch.Tensor, log_ratio: torch.Tensor, no_grad: torch.Tensor,
-             adv: torch.Tensor) -> LossOutputs:
-    no_grad = no_grad.expand_as(mask) & mask
-    return LossOutputs(loss=loss, metrics=ratio_metrics(mask, torch.exp(log_ratio.detach()), log_ratio.detach(),
-                                                        no_grad, adv), no_gradient=no_grad)
+def _outputs(loss: torch.Tensor, mask: torch.Tensor, log_ratio: torch.Tensor, out_of_range: torch.Tensor,
+             adv: torch.Tensor, cuts_gradient: bool = True) -> LossOutputs:
+    """The loss with its ratio metrics; `out_of_range` (the clip's, cispo's cap) is `masked_fraction`, and the
+    tokens the export reports without gradient when the loss does cut them (`cuts_gradient`)."""
+    out_of_range = out_of_range.expand_as(mask) & mask
+    metrics = ratio_metrics(mask, torch.exp(log_ratio.detach()), log_ratio.detach(), out_of_range, adv)
+    return LossOutputs(loss=loss, metrics=metrics, no_gradient=out_of_range if cuts_gradient else None)
 
 
 def _normalised(kind: str, per_token: torch.Tensor, mask: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
@@ -212,8 +208,7 @@ def cispo_loss(inputs: LossInputs, config: CISPOLossConfig) -> LossOutputs:
     per_token = -torch.clamp(coef, max=config.epsilon_high).detach() * adv * inputs.trainer_logprobs.float()
     per_token = _with_kl(per_token, inputs, config.beta)
     capped = (coef.detach() > config.epsilon_high) & (adv > 0)
-    out = _outputs(_normalised("cispo", per_token, mask, inputs), mask, log_ratio, capped, adv)
-    return LossOutputs(loss=out.loss, metrics=out.metrics, no_gradient=None)
+    return _outputs(_normalised("cispo", per_token, mask, inputs), mask, log_ratio, capped, adv, cuts_gradient=False)
 
 
 def sapo_loss(inputs: LossInputs, config: SAPOLossConfig) -> LossOutputs:
@@ -224,8 +219,8 @@ def sapo_loss(inputs: LossInputs, config: SAPOLossConfig) -> LossOutputs:
     tau = torch.where(adv > 0, config.temperature_pos, config.temperature_neg)
     per_token = -(torch.sigmoid(tau * (torch.exp(log_w) - 1)) * 4 / tau) * adv
     per_token = _with_kl(per_token, inputs, config.beta)
-    out = _outputs(_normalised("sapo", per_token, mask, inputs), mask, log_ratio, torch.zeros_like(mask), adv)
-    return LossOutputs(loss=out.loss, metrics=out.metrics, no_gradient=None)
+    return _outputs(_normalised("sapo", per_token, mask, inputs), mask, log_ratio, torch.zeros_like(mask), adv,
+                    cuts_gradient=False)
 
 
 _EMPTY = {"importance_ratio/min": 1.0, "importance_ratio/max": 1.0}
