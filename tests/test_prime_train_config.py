@@ -251,3 +251,11 @@ def test_a_v1_config_without_verifiers_04_is_one_line_naming_the_extra(tmp_path,
     assert e.value.code == 2 and len(err) == 1, err
     assert err[0].startswith("error: orchestrator.train.source.0.api: a verifiers v1 environment needs "
                              "verifiers>=0.4") and "uv sync --extra verifiers-v1" in err[0]
+
+
+def test_eval_sampling_the_local_eval_cannot_take_is_one_line(tmp_path):
+    raw, opts = load(tmp_path, TWO_SEATS_GATED.replace("skip_first_step = true",
+                                                       "skip_first_step = true\nsampling = { top_k = 20 }"))
+    with pytest.raises(ConfigError) as e:
+        resolve_run(raw, opts, check_environments=False)
+    assert str(e.value).startswith("orchestrator.eval.sampling.top_k: not supported yet"), str(e.value)
