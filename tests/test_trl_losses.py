@@ -50,25 +50,35 @@ class _Accel:
         return x
 
 
+VESPO = (2.0, 3.0, 3.0, 2.0)  # TRL's vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg
+
+
 def trl_loss(kind: str, b: dict, *, beta: float, level: str, eps_low: float, eps_high: float, sapo=(1.0, 1.05),
-             delta=None) -> tuple[torch.Tensor, torch.Tensor]:
+             delta=None, vespo=VESPO, is_ratio=None) -> tuple[torch.Tensor, torch.Tensor]:
     """TRL's value and d loss / d log-probs: its `_compute_loss` on a trainer object holding only the settings it
-    reads (a stub: constructing a GRPOTrainer needs a model and a dataset), its forward giving our tensors."""
+    reads (a stub: constructing a GRPOTrainer needs a model and a dataset), its forward giving our tensors.
+    `is_ratio`: TRL's vLLM sampler correction is on, with these weights; its old log-probs are then the trainer's
+    own (recomputed before the update: the current ones, detached) and `b["old"]` is the sampler's."""
     lp = b["lp"].clone().requires_grad_(True)
     t = object.__new__(trl_grpo.GRPOTrainer)
     t.__dict__.update(
         loss_type=kind, beta=beta, importance_sampling_level=level, epsilon_low=eps_low, epsilon_high=eps_high,
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, use_vllm=False,
-        vllm_importance_sampling_correction=False, aux_loss_enabled=False, _entropy_bonus_enabled=False,
-        current_gradient_accumulation_steps=1, max_completion_length=T, accelerator=_Accel(),
-        model=types.SimpleNamespace(training=True), _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        top_entropy_quantile=1.0, off_policy_mask_threshold=None, use_vllm=is_ratio is not None,
+        vllm_importance_sampling_correction=is_ratio is not None, aux_loss_enabled=False,
+        _entropy_bonus_enabled=False, current_gradient_accumulation_steps=1, max_completion_length=T,
+        accelerator=_Accel(), model=types.SimpleNamespace(training=True),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
         args=types.SimpleNamespace(delta=delta, use_bias_correction_kl=False, sapo_temperature_pos=sapo[0],
-                                   sapo_temperature_neg=sapo[1], steps_per_generation=1),
+                                   sapo_temperature_neg=sapo[1], steps_per_generation=1, vespo_k_pos=vespo[0],
+                                   vespo_lambda_pos=vespo[1], vespo_k_neg=vespo[2], vespo_lambda_neg=vespo[3]),
     )
     t._get_per_token_logps_and_entropies = lambda *a, **k: (lp, torch.zeros(B, T), None)
     inputs = {"prompt_ids": torch.zeros(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
               "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": b["mask"].long(),
               "advantages": b["adv"], "old_per_token_logps": b["old"], "num_items_in_batch": b["mask"].sum()}
+    if is_ratio is not None:
+        inputs.update(old_per_token_logps=b["lp"].clone(), sampling_per_token_logps=b["old"],
+                      importance_sampling_ratio=is_ratio)
     if beta:
         inputs["ref_per_token_logps"] = b["ref"]
     loss = t._compute_loss(None, inputs)
@@ -102,6 +112,9 @@ CASES = [  # (our loss.type and its keys, TRL's loss_type and settings)
     ("sapo", {"importance_sampling_level": "sequence", "temperature_pos": 2.0}, "sapo",
      {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence", "sapo": (2.0, 1.05)}),
     ("luspo", {}, "luspo", {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence"}),
+    ("vespo", {}, "vespo", {"eps_low": 0.2, "eps_high": 0.2}),
+    ("vespo", {"k_pos": 1.0, "lambda_neg": 4.0, "beta": 0.05}, "vespo",
+     {"eps_low": 0.2, "eps_high": 0.2, "vespo": (1.0, 3.0, 3.0, 4.0), "beta": 0.05}),
 ]
 
 
@@ -121,6 +134,59 @@ def test_each_loss_type_equals_trls_own_value_and_gradient(ours, config, theirs,
     assert want.abs() > 1e-4  # a case where the loss is not trivially zero
 
 
+def documented_is_ratio(trainer_lp, sampling_lp, mask, mode: str, lo, hi) -> torch.Tensor:
+    """TRL's vLLM importance-sampling weights as GRPOConfig documents `vllm_importance_sampling_mode` (TRL computes
+    them inline in its generation step, which needs a model and a vLLM server): exp(trainer - sampler) per token,
+    or per sequence over its loss tokens; `*_truncate` clips to [lo, hi], `*_mask` sets ratios outside to 0."""
+    diff = (trainer_lp - sampling_lp) * mask
+    ratio = torch.exp(diff.sum(-1, keepdim=True) if mode.startswith("sequence") else diff)
+    if mode.endswith("truncate"):
+        return ratio.clamp(min=lo, max=hi)
+    keep = (ratio >= (lo if lo is not None else float("-inf"))) & (ratio <= (hi if hi is not None else float("inf")))
+    return ratio * keep
+
+
+IS_CASES = [  # (our loss.type and keys, TRL's settings, the correction's mode and clip range)
+    ("grpo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "token_truncate", None, 3.0),
+    ("grpo", {"beta": 0.04}, {"eps_low": 0.2, "eps_high": 0.2, "beta": 0.04}, "token_mask", 0.5, 1.5),
+    ("dr_grpo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "sequence_truncate", 0.5, 2.0),
+    ("cispo", {}, {"eps_low": 0.2, "eps_high": 5.0}, "sequence_mask", None, 3.0),  # TRL's default mode
+    ("sapo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "token_mask", None, 1.3),
+    ("vespo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "token_truncate", None, 1.2),
+    ("vespo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "token_mask", 0.7, 1.4),
+]
+
+
+@pytest.mark.parametrize("ours, config, settings, mode, lo, hi", IS_CASES,
+                         ids=[f"{c[0]}-{c[3]}" for c in IS_CASES])
+def test_the_sampler_correction_equals_trls_vllm_importance_sampling(ours, config, settings, mode, lo, hi):
+    settings = {"beta": 0.0, "level": "token", **settings}
+    b = batch(3, settings["beta"])
+    is_ratio = documented_is_ratio(b["lp"], b["old"], b["mask"], mode, lo, hi)
+    want, want_grad = trl_loss(ours, b, **settings, is_ratio=is_ratio)
+    keys = {"importance_sampling_mode": mode, "importance_sampling_clip_min": lo, "importance_sampling_clip_max": hi}
+    spec = get_loss(ours)
+    lp = b["lp"].clone().requires_grad_(True)
+    out = spec.fn(LossInputs(trainer_logprobs=lp, sampling_logprobs=b["old"], advantages=b["adv"],
+                             loss_mask=b["mask"].bool(), total_loss_tokens=int(b["mask"].sum()), ref_logprobs=b["ref"],
+                             total_sequences=B, total_micro_batches=1, max_completion_length=T),
+                  spec.config(**config, **keys))
+    out.loss.backward()
+    assert torch.allclose(out.loss.detach(), want, atol=1e-6, rtol=0), (out.loss.item(), want.item())
+    assert torch.allclose(lp.grad, want_grad, atol=1e-6, rtol=0), (lp.grad - want_grad).abs().max()
+    assert want.abs() > 1e-4
+    # the metrics the correction implies, over the loss tokens
+    m = b["mask"].bool()
+    w = is_ratio.expand(B, T)[m]
+    got = out.metrics
+    assert torch.isclose(got["importance_sampling/ratio/mean"], w.mean())
+    assert torch.isclose(got["importance_sampling/ratio/max"], w.max())
+    assert torch.isclose(got["importance_sampling/ratio/min"], w.min())
+    assert torch.isclose(got["importance_sampling/masked_fraction"], (w == 0).float().mean())
+    if mode.endswith("mask") and ours != "vespo":  # the zeroed tokens are reported without gradient
+        assert (w == 0).any() and torch.equal(out.no_gradient[m] & (is_ratio.expand(B, T)[m] == 0), (w == 0))
+
+
 def test_the_settings_a_loss_cannot_take_are_one_line_each():
     with pytest.raises(ValueError, match="importance_sampling_level='seq' is not 'token' or 'sequence'"):
         get_loss("grpo").config(importance_sampling_level="seq")
@@ -128,24 +194,29 @@ def test_the_settings_a_loss_cannot_take_are_one_line_each():
         get_loss("dr_grpo").config(importance_sampling_level="sequence")
     with pytest.raises(ValueError, match="loss.temperature_neg=0 must be > 0"):
         get_loss("sapo").config(temperature_neg=0)
+    with pytest.raises(ValueError, match="loss.importance_sampling_mode='token' is not one of none, token_truncate"):
+        get_loss("grpo").config(importance_sampling_mode="token")
+    with pytest.raises(ValueError, match="vespo takes 'none', 'token_truncate' or 'token_mask'"):
+        get_loss("vespo").config(importance_sampling_mode="sequence_mask")
+    with pytest.raises(ValueError, match=r"loss.importance_sampling_clip_min=2.0 must be in \[0, clip_max=1.5\)"):
+        get_loss("cispo").config(importance_sampling_clip_min=2.0, importance_sampling_clip_max=1.5)
 
 
 # --- each TRL loss type trains two steps through vf-rl ------------------------------------------------------------------
 
-TRL_TYPES = ["grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo"]
+TRL_TYPES = ["grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
 
 
 @pytest.mark.parametrize("kind", TRL_TYPES)
-def test_each_trl_loss_type_trains_two_steps_through_vf_rl(kind, tiny_model_dir, tmp_path):
+def test_each_trl_loss_type_trains_two_steps_through_vf_rl(kind, tiny_model_dir, tmp_path, monkeypatch):
+    """`vf-rl @ run.toml`, in this process (its `main`, as the console script calls it)."""
     import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    script = Path(sys.executable).with_name("vf-rl")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "verifiers_rl.cli.rl"]
-    extra = ', importance_sampling_level = "sequence"' if kind == "grpo" else ""
+    from verifiers_rl.cli import rl as rl_cli
+
+    extra = {"grpo": ', importance_sampling_level = "sequence"',  # GSPO
+             "cispo": ', importance_sampling_mode = "sequence_mask"',  # TRL's default sampler correction
+             "vespo": ', importance_sampling_mode = "token_truncate"'}.get(kind, "")
     (tmp_path / "run.toml").write_text(f"""
 model = "{tiny_model_dir}"
 
@@ -174,10 +245,12 @@ seed = 0
 loss = {{ type = "{kind}", beta = 0.01{extra} }}
 """)
     out = tmp_path / "out"
-    r = subprocess.run([*cmd, "@", "run.toml", "--output-dir", str(out)], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert rl_cli.main(["@", "run.toml", "--output-dir", str(out)]) == 0
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [s for s in steps if "loss/mean" in s]
     assert [s["step"] for s in steps] == [1, 2], steps
     assert all(s["importance_ratio/min"] > 0 and s["loss_tokens"] > 0 for s in steps), steps[-1]
+    if kind in ("cispo", "vespo"):  # the sampler correction's metrics reach the run's log
+        assert all(0 < s["importance_sampling/ratio/mean"] <= 3.0 for s in steps), steps[-1]

@@ -26,6 +26,7 @@ LOSSES: dict[str, str] = {
     "cispo": "verifiers_rl.trainer.losses.trl_types:CISPO",
     "sapo": "verifiers_rl.trainer.losses.trl_types:SAPO",
     "luspo": "verifiers_rl.trainer.losses.trl_types:LUSPO",
+    "vespo": "verifiers_rl.trainer.losses.trl_types:VESPO",
     "opd": "verifiers_rl.trainer.losses.distill:OPD",
     "sft": "verifiers_rl.trainer.losses.distill:SFT",
 }

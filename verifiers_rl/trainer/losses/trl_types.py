@@ -1,18 +1,23 @@
 """TRL's GRPOTrainer loss types by name and by value (TRL 1.16, ``GRPOConfig.loss_type``): ``grpo``, ``bnpo``,
-``dr_grpo``, ``cispo``, ``sapo``, ``luspo`` (``dapo`` is ``losses/dapo.py``), with TRL's ``beta`` (k3 KL to the
-reference policy, added per token before the normalisation) and, for ``grpo`` and ``sapo``,
-``importance_sampling_level = "sequence"`` (GSPO: one ratio per sequence, the mean log-ratio of its loss tokens).
+``dr_grpo``, ``cispo``, ``sapo``, ``luspo``, ``vespo`` (``dapo`` is ``losses/dapo.py``), with TRL's ``beta`` (k3 KL
+to the reference policy, added per token before the normalisation), for ``grpo`` and ``sapo``
+``importance_sampling_level = "sequence"`` (GSPO: one ratio per sequence, the mean log-ratio of its loss tokens),
+and for all of them TRL's sampler correction (``importance_sampling_mode``: its ``vllm_importance_sampling_mode``,
+truncated or masked trainer/sampler weights per token or per sequence, for any sampler).
 ``tests/test_trl_losses.py`` checks each, value and gradient, against TRL's own ``_compute_loss`` on the same
 tensors.
 
 What stands here for the trainer state TRL's loss reads:
 
 - ``old_per_token_logps``: the sampler's log-probs (``sampling_logprobs``), so the ratio also corrects the
-  trainer/sampler mismatch (TRL without vLLM: the policy's own, detached, ratio 1 on the first iteration);
+  trainer/sampler mismatch (TRL without vLLM: the policy's own, detached, ratio 1 on the first iteration); with a
+  sampler correction, the trainer's own log-probs, detached (what TRL with vLLM recomputes before the update, with
+  one update per generation batch), and ``importance_sampling_ratio`` is built from
+  ``sampling_logprobs`` (TRL's ``sampling_per_token_logps``);
 - TRL normalises each micro-batch and divides by ``gradient_accumulation_steps``; here each loss divides by the
   step's totals over all micro-batches and ranks: ``total_sequences`` (grpo, sapo: the mean over sequences of
   each sequence's token mean; luspo: of each sequence's token sum), ``total_sequences * max_completion_length``
-  (dr_grpo; ``max_completion_length`` is the run's ``max_tokens``), ``total_loss_tokens`` (cispo, as TRL's
+  (dr_grpo; ``max_completion_length`` is the run's ``max_tokens``), ``total_loss_tokens`` (cispo, vespo, as TRL's
   ``num_items_in_batch``), each micro-batch's own loss tokens over ``total_micro_batches`` (bnpo). On one
   micro-batch the value is TRL's; over several, TRL's equals it when micro-batches hold equal numbers of
   sequences (and, for bnpo, of loss tokens).
@@ -20,13 +25,14 @@ What stands here for the trainer state TRL's loss reads:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
 from verifiers_rl.trainer.importance import log_importance_ratio
-from verifiers_rl.trainer.loss import LossInputs, LossOutputs, k3_kl, ratio_metrics
+from verifiers_rl.trainer.loss import LossInputs, LossOutputs, k3_kl, masked_mean, ratio_metrics
 from verifiers_rl.trainer.losses import LossSpec
 
 LEVELS = ("token", "sequence")
@@ -35,8 +41,38 @@ LEVELS = ("token", "sequence")
 BETA_HELP = "Weight of the k3 KL to the reference (initial) policy, per token (TRL's beta; 0 disables it)."
 
 
+MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
 @dataclass
-class ClippedLossConfig:
+class TRLLossConfig:
+    """The keys every TRL loss type takes: the reference KL and the sampler correction."""
+    beta: float = field(default=0.0, metadata={"help": BETA_HELP})
+    importance_sampling_mode: str = field(default="none", metadata={"help": (
+        "Sampler correction (TRL's vllm_importance_sampling_mode): 'none' (the sampler's log-probs are the old "
+        "policy), or the trainer's own log-probs are, and the loss is weighted by trainer/sampler ratios that are "
+        "'token_truncate'd, 'token_mask'ed, 'sequence_truncate'd or 'sequence_mask'ed to the clip range.")})
+    importance_sampling_clip_min: float | None = field(default=None, metadata={
+        "help": "Lower bound of the sampler correction's ratios (TRL's vllm_importance_sampling_clip_min)."})
+    importance_sampling_clip_max: float | None = field(default=3.0, metadata={
+        "help": "Upper bound of the sampler correction's ratios (TRL's vllm_importance_sampling_clip_max: 3.0)."})
+
+    def __post_init__(self) -> None:
+        if not self.beta >= 0:
+            raise ValueError(f"loss.beta={self.beta} must be >= 0 (0: no KL to the reference)")
+        if self.importance_sampling_mode not in MODES:
+            raise ValueError(f"loss.importance_sampling_mode={self.importance_sampling_mode!r} is not one of "
+                             f"{', '.join(MODES)}")
+        lo, hi = self.importance_sampling_clip_min, self.importance_sampling_clip_max
+        if lo is None and hi is None:
+            raise ValueError("loss.importance_sampling_clip_min and importance_sampling_clip_max are both None; "
+                             "set at least one (TRL: clip_max = 3.0)")
+        if lo is not None and hi is not None and not 0 <= lo < hi:
+            raise ValueError(f"loss.importance_sampling_clip_min={lo} must be in [0, clip_max={hi})")
+
+
+@dataclass
+class ClippedLossConfig(TRLLossConfig):
     """The clipped-ratio losses' keys (token-level ratios only, as TRL requires for bnpo and dr_grpo)."""
     epsilon_low: float = field(default=0.2, metadata={"help": "Lower clip: 1 - epsilon_low bounds the ratio of a "
                                                              "negative-advantage token (TRL's epsilon, default 0.2)."})
@@ -44,9 +80,9 @@ class ClippedLossConfig:
                                                               "positive-advantage token (TRL's epsilon_high)."})
     delta: float | None = field(default=None, metadata={"help": "Two-sided clipping: the unclipped ratio is capped "
                                                                 "at delta (TRL's delta; None: off)."})
-    beta: float = field(default=0.0, metadata={"help": BETA_HELP})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.epsilon_low < 1:
             raise ValueError(f"loss.epsilon_low={self.epsilon_low} must be in [0, 1) (TRL's epsilon: 0.2)")
         if not self.epsilon_high > 0:
@@ -54,8 +90,6 @@ class ClippedLossConfig:
         if self.delta is not None and not self.delta > 1 + self.epsilon_high:
             raise ValueError(f"loss.delta={self.delta} must be > 1 + epsilon_high (TRL recommends 1 + epsilon_high "
                              "+ some margin), or None")
-        if not self.beta >= 0:
-            raise ValueError(f"loss.beta={self.beta} must be >= 0 (0: no KL to the reference)")
 
 
 def _check_level(level: str) -> None:
@@ -74,34 +108,48 @@ class GRPOLossConfig(ClippedLossConfig):
 
 
 @dataclass
-class CISPOLossConfig:
+class CISPOLossConfig(TRLLossConfig):
     epsilon_high: float = field(default=5.0, metadata={"help": "The ratio's cap (TRL's epsilon_high; ScaleRL's "
                                                                "epsilon_max, recommended 5.0)."})
-    beta: float = field(default=0.0, metadata={"help": BETA_HELP})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.epsilon_high > 0:
             raise ValueError(f"loss.epsilon_high={self.epsilon_high} must be > 0 (ScaleRL: 5.0)")
-        if not self.beta >= 0:
-            raise ValueError(f"loss.beta={self.beta} must be >= 0 (0: no KL to the reference)")
 
 
 @dataclass
-class SAPOLossConfig:
+class SAPOLossConfig(TRLLossConfig):
     temperature_pos: float = field(default=1.0, metadata={"help": "Gate temperature for tokens with a positive "
                                                                   "advantage (TRL's sapo_temperature_pos)."})
     temperature_neg: float = field(default=1.05, metadata={"help": "Gate temperature for the others (TRL's "
                                                                    "sapo_temperature_neg)."})
-    beta: float = field(default=0.0, metadata={"help": BETA_HELP})
     importance_sampling_level: str = field(default="token", metadata={"help": "'token' or 'sequence' (GSPO)."})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("temperature_pos", "temperature_neg"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"loss.{name}={getattr(self, name)} must be > 0 (TRL: 1.0 and 1.05)")
-        if not self.beta >= 0:
-            raise ValueError(f"loss.beta={self.beta} must be >= 0 (0: no KL to the reference)")
         _check_level(self.importance_sampling_level)
+
+
+@dataclass
+class VESPOLossConfig(TRLLossConfig):
+    """vespo: a gamma weight of each sequence's importance ratio (TRL's vespo_k_pos, ... defaults)."""
+    k_pos: float = field(default=2.0, metadata={"help": "Shape k of the weight for advantages >= 0 (vespo_k_pos)."})
+    lambda_pos: float = field(default=3.0, metadata={"help": "Rate lambda for advantages >= 0 (vespo_lambda_pos)."})
+    k_neg: float = field(default=3.0, metadata={"help": "Shape k for negative advantages (vespo_k_neg)."})
+    lambda_neg: float = field(default=2.0, metadata={"help": "Rate lambda for negative advantages (vespo_lambda_neg)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.importance_sampling_mode.startswith("sequence"):
+            raise ValueError(f"loss.importance_sampling_mode={self.importance_sampling_mode!r}: vespo takes "
+                             "'none', 'token_truncate' or 'token_mask' (its weight is already per sequence)")
+        for name in ("k_pos", "lambda_pos", "k_neg", "lambda_neg"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"loss.{name}={getattr(self, name)} must be >= 0 (TRL: 2.0, 3.0, 3.0, 2.0)")
 
 
 @dataclass
@@ -119,15 +167,41 @@ class LUSPOLossConfig(ClippedLossConfig):
     """luspo: sequence-level ratios always (TRL refuses it at token level)."""
 
 
-def _ratios(inputs: LossInputs, level: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(loss mask, per-token log-ratio [B, T] (0 off the mask), the importance weights' log: [B, T] or [B, 1])."""
+class Ratios(NamedTuple):
+    mask: torch.Tensor  # the loss tokens, bool [B, T]
+    mismatch: torch.Tensor  # log(trainer / sampler) per token, 0 off the mask (the ratio metrics)
+    log_w: torch.Tensor  # the objective's log-ratio to the old policy: [B, T], or [B, 1] at sequence level
+    weight: torch.Tensor | None  # the sampler correction's weights, [B, T] or [B, 1]; None without one
+
+
+def _ratios(inputs: LossInputs, level: str, config: TRLLossConfig) -> Ratios:
+    """The ratios of a TRL loss. Without a sampler correction the sampler's log-probs are the old policy; with one,
+    the trainer's own (detached) are, as TRL's ``old_per_token_logps`` with one update per batch, and the
+    trainer/sampler ratio becomes a truncated or masked weight (TRL's ``importance_sampling_ratio``)."""
     mask = inputs.loss_mask.bool()
-    log_ratio = log_importance_ratio(inputs.trainer_logprobs.float(), inputs.sampling_logprobs.detach().float(),
-                                     mask)
+    lp = inputs.trainer_logprobs.float()
+    mismatch = log_importance_ratio(lp.detach(), inputs.sampling_logprobs.detach().float(), mask)
+    mode = config.importance_sampling_mode
+    old = inputs.sampling_logprobs.detach().float() if mode == "none" else lp.detach()
+    log_ratio = log_importance_ratio(lp, old, mask)
     if level == "sequence":
         m = mask.float()
-        return mask, log_ratio, ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    return mask, log_ratio, log_ratio
+        log_w = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    else:
+        log_w = log_ratio
+    return Ratios(mask, mismatch, log_w, None if mode == "none" else _sampler_weight(mismatch, config))
+
+
+def _sampler_weight(mismatch: torch.Tensor, config: TRLLossConfig) -> torch.Tensor:
+    """trainer/sampler ratios per token (``token_*``) or per sequence (``sequence_*``: their product), clamped to
+    the clip range (``*_truncate``) or zeroed outside it (``*_mask``)."""
+    level, _, kind = config.importance_sampling_mode.partition("_")
+    w = torch.exp(mismatch.sum(-1, keepdim=True) if level == "sequence" else mismatch)
+    lo, hi = config.importance_sampling_clip_min, config.importance_sampling_clip_max
+    if kind == "truncate":
+        return torch.clamp(w, min=lo, max=hi)
+    outside = (w < (-math.inf if lo is None else lo)) | (w > (math.inf if hi is None else hi))
+    return w.masked_fill(outside, 0.0)
 
 
 def _advantages(inputs: LossInputs) -> torch.Tensor:
@@ -159,13 +233,33 @@ def _clipped(coef: torch.Tensor, adv: torch.Tensor, c: ClippedLossConfig) -> tup
     return -torch.minimum(capped * adv, clipped * adv), no_grad
 
 
-def _outputs(loss: torch.Tensor, mask: torch.Tensor, log_ratio: torch.Tensor, out_of_range: torch.Tensor,
-             adv: torch.Tensor, cuts_gradient: bool = True) -> LossOutputs:
+def _weighted(per_token: torch.Tensor, r: Ratios) -> torch.Tensor:
+    return per_token if r.weight is None else per_token * r.weight
+
+
+def _outputs(loss: torch.Tensor, r: Ratios, out_of_range: torch.Tensor, adv: torch.Tensor,
+             cuts_gradient: bool = True, weights_tokens: bool = True) -> LossOutputs:
     """The loss with its ratio metrics; `out_of_range` (the clip's, cispo's cap) is `masked_fraction`, and the
-    tokens the export reports without gradient when the loss does cut them (`cuts_gradient`)."""
+    tokens the export reports without gradient when the loss does cut them (`cuts_gradient`). With a sampler
+    correction, its weights' ``importance_sampling/ratio/*`` and the share it zeroes (``*_mask``), which have no
+    gradient when the weights multiply the tokens' loss (`weights_tokens`; vespo folds them into its own)."""
+    mask = r.mask
     out_of_range = out_of_range.expand_as(mask) & mask
-    metrics = ratio_metrics(mask, torch.exp(log_ratio.detach()), log_ratio.detach(), out_of_range, adv)
-    return LossOutputs(loss=loss, metrics=metrics, no_gradient=out_of_range if cuts_gradient else None)
+    metrics = ratio_metrics(mask, torch.exp(r.mismatch), r.mismatch, out_of_range, adv)
+    no_grad = out_of_range if cuts_gradient else None
+    if r.weight is not None:
+        w = r.weight.detach().expand_as(mask)
+        zeroed = (w == 0) & mask
+        inf = w.new_tensor(float("inf"))
+        metrics.update({
+            "importance_sampling/ratio/mean": masked_mean(w, mask),
+            "importance_sampling/ratio/min": torch.cat([torch.where(mask, w, inf).flatten(), inf.view(1)]).min(),
+            "importance_sampling/ratio/max": torch.cat([torch.where(mask, w, -inf).flatten(), -inf.view(1)]).max(),
+            "importance_sampling/masked_fraction": zeroed.sum() / mask.sum().clamp(min=1),
+        })
+        if weights_tokens:
+            no_grad = zeroed if no_grad is None else no_grad | zeroed
+    return LossOutputs(loss=loss, metrics=metrics, no_gradient=no_grad)
 
 
 def _normalised(kind: str, per_token: torch.Tensor, mask: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
@@ -182,17 +276,16 @@ def _normalised(kind: str, per_token: torch.Tensor, mask: torch.Tensor, inputs: 
     if kind == "dr_grpo":
         return masked.sum() / (_total(inputs.total_sequences, masked, "total_sequences")
                                * _total(inputs.max_completion_length, masked, "max_completion_length"))
-    return masked.sum() / _total(inputs.total_loss_tokens, masked, "total_loss_tokens")  # cispo
+    return masked.sum() / _total(inputs.total_loss_tokens, masked, "total_loss_tokens")  # cispo, vespo
 
 
 def _clipped_loss(kind: str, level: str | None = None) -> Callable[[LossInputs, ClippedLossConfig], LossOutputs]:
     def loss_fn(inputs: LossInputs, config: ClippedLossConfig) -> LossOutputs:
-        lv = level or getattr(config, "importance_sampling_level", "token")
-        mask, log_ratio, log_w = _ratios(inputs, lv)
+        r = _ratios(inputs, level or getattr(config, "importance_sampling_level", "token"), config)
         adv = _advantages(inputs)
-        per_token, no_grad = _clipped(torch.exp(log_w), adv, config)
-        per_token = _with_kl(per_token, inputs, config.beta)
-        return _outputs(_normalised(kind, per_token, mask, inputs), mask, log_ratio, no_grad, adv)
+        per_token, no_grad = _clipped(torch.exp(r.log_w), adv, config)
+        per_token = _with_kl(_weighted(per_token, r), inputs, config.beta)
+        return _outputs(_normalised(kind, per_token, r.mask, inputs), r, no_grad, adv)
 
     loss_fn.__name__ = f"{kind}_loss"
     loss_fn.__doc__ = f"TRL's loss_type={kind!r} (module docstring): clipped ratio x advantage, its normalisation."
@@ -202,28 +295,56 @@ def _clipped_loss(kind: str, level: str | None = None) -> Callable[[LossInputs, 
 def cispo_loss(inputs: LossInputs, config: CISPOLossConfig) -> LossOutputs:
     """TRL's ``cispo``: ``-min(r, epsilon_high).detach() * A * log p`` per token, over the step's loss tokens. The
     capped tokens keep a gradient (through log p); ``masked_fraction`` reports the share capped."""
-    mask, log_ratio, _ = _ratios(inputs, "token")
+    r = _ratios(inputs, "token", config)
     adv = _advantages(inputs)
-    coef = torch.exp(log_ratio)
-    per_token = -torch.clamp(coef, max=config.epsilon_high).detach() * adv * inputs.trainer_logprobs.float()
-    per_token = _with_kl(per_token, inputs, config.beta)
-    capped = (coef.detach() > config.epsilon_high) & (adv > 0)
-    return _outputs(_normalised("cispo", per_token, mask, inputs), mask, log_ratio, capped, adv, cuts_gradient=False)
+    coef = torch.exp(r.log_w).detach()
+    per_token = -torch.clamp(coef, max=config.epsilon_high) * adv * inputs.trainer_logprobs.float()
+    per_token = _with_kl(_weighted(per_token, r), inputs, config.beta)
+    capped = (coef > config.epsilon_high) & (adv > 0)
+    return _outputs(_normalised("cispo", per_token, r.mask, inputs), r, capped, adv, cuts_gradient=False)
 
 
 def sapo_loss(inputs: LossInputs, config: SAPOLossConfig) -> LossOutputs:
     """TRL's ``sapo``: a soft gate ``sigmoid(tau (r - 1)) * 4 / tau`` in place of the clip (tau by advantage
     sign), the mean over sequences of each sequence's token mean. No token is cut off."""
-    mask, log_ratio, log_w = _ratios(inputs, config.importance_sampling_level)
+    r = _ratios(inputs, config.importance_sampling_level, config)
     adv = _advantages(inputs)
     tau = torch.where(adv > 0, config.temperature_pos, config.temperature_neg)
-    per_token = -(torch.sigmoid(tau * (torch.exp(log_w) - 1)) * 4 / tau) * adv
-    per_token = _with_kl(per_token, inputs, config.beta)
-    return _outputs(_normalised("sapo", per_token, mask, inputs), mask, log_ratio, torch.zeros_like(mask), adv,
+    per_token = -(torch.sigmoid(tau * (torch.exp(r.log_w) - 1)) * 4 / tau) * adv
+    per_token = _with_kl(_weighted(per_token, r), inputs, config.beta)
+    return _outputs(_normalised("sapo", per_token, r.mask, inputs), r, torch.zeros_like(r.mask), adv,
                     cuts_gradient=False)
 
 
-_EMPTY = {"importance_ratio/min": 1.0, "importance_ratio/max": 1.0}
+_LOG_EPS = math.log(1e-8)  # VESPO's floor for a log-ratio (its reference implementation's)
+
+
+def vespo_loss(inputs: LossInputs, config: VESPOLossConfig) -> LossOutputs:
+    """TRL's ``vespo``: ``-phi(w) * A * log p`` per token over the step's loss tokens, where ``w`` is the sequence's
+    importance ratio (the product of its token ratios, times the sampler correction's token weights when set) and
+    ``phi(w) = exp(lambda) * w^k * exp(-lambda * w)`` (1 at w = 1; k, lambda by the advantage's sign) a detached
+    weight. Log-ratios are clamped to [-20, 20] per token and [log 1e-8, 20] per sequence, as VESPO's own code.
+    ``vespo/phi`` is its token mean."""
+    r = _ratios(inputs, "token", config)
+    adv = _advantages(inputs)
+    with torch.no_grad():
+        log_w = (torch.clamp(r.log_w, -20.0, 20.0) * r.mask).sum(-1, keepdim=True)
+        if r.weight is not None:
+            log_w = log_w + torch.clamp(torch.log(r.weight), _LOG_EPS, 20.0).sum(-1, keepdim=True)
+        log_w = torch.clamp(log_w, _LOG_EPS, 20.0)
+        positive = adv >= 0
+        k = torch.where(positive, config.k_pos, config.k_neg)
+        lam = torch.where(positive, config.lambda_pos, config.lambda_neg).clamp(min=1e-4)
+        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    per_token = _with_kl(-phi * adv * inputs.trainer_logprobs.float(), inputs, config.beta)
+    out = _outputs(_normalised("vespo", per_token, r.mask, inputs), r, torch.zeros_like(r.mask), adv,
+                   cuts_gradient=False, weights_tokens=False)
+    out.metrics["vespo/phi"] = masked_mean(phi.expand_as(r.mask), r.mask)
+    return out
+
+
+_EMPTY = {"importance_ratio/min": 1.0, "importance_ratio/max": 1.0, "importance_sampling/ratio/min": 1.0,
+          "importance_sampling/ratio/max": 1.0}
 _CONSOLE = (("mismatch_kl/mean", "kl"),)
 GRPO = LossSpec("grpo", _clipped_loss("grpo"), GRPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
 BNPO = LossSpec("bnpo", _clipped_loss("bnpo", "token"), BNPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
@@ -232,3 +353,4 @@ DR_GRPO = LossSpec("dr_grpo", _clipped_loss("dr_grpo", "token"), DrGRPOLossConfi
 LUSPO = LossSpec("luspo", _clipped_loss("luspo", "sequence"), LUSPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
 CISPO = LossSpec("cispo", cispo_loss, CISPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
 SAPO = LossSpec("sapo", sapo_loss, SAPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
+VESPO = LossSpec("vespo", vespo_loss, VESPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
