@@ -1,6 +1,8 @@
 """Advantage estimators chosen by `advantage.type` (trainer/advantage_types/): the registry, RLOO on hand-computed
 values, GRPO identical to compute_advantages, each config's own checks, the RLConfig / [trainer.args.advantage]
-key, one place that computes a run's advantages, and a real two-step RLTrainer run with RLOO on the tiny model."""
+key, one place that computes a run's advantages, a real two-step RLTrainer run with RLOO on the tiny model, and
+prime-rl's max_rl and length penalty (by hand: prime-rl's own code needs its orchestrator and verifiers' v1
+episodes) with a real run each."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def config(tmp_path, **kw) -> vf.RLConfig:
 
 
 def test_registry_names_each_estimator_with_its_own_config():
-    assert list(ADVANTAGES) == ["grpo", "rloo"]
+    assert list(ADVANTAGES) == ["grpo", "rloo", "max_rl"]
     for name in ADVANTAGES:
         spec = get_advantage(name)
         assert spec.name == name and dataclasses.is_dataclass(spec.config) and callable(spec.fn)
@@ -42,7 +44,7 @@ def test_registry_names_each_estimator_with_its_own_config():
     assert get_advantage("grpo").config is GRPOAdvantageConfig and get_advantage("rloo").min_group_size == 2
     with pytest.raises(ValueError) as e:
         get_advantage("gae")
-    assert str(e.value) == "advantage.type='gae' is not one of grpo, rloo; set advantage.type to one of them"
+    assert str(e.value) == "advantage.type='gae' is not one of grpo, rloo, max_rl; set advantage.type to one of them"
 
 
 def test_rloo_baselines_each_rollout_by_the_mean_of_the_others():
@@ -100,7 +102,7 @@ def test_advantages_for_applies_the_chosen_estimator(tmp_path):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(advantage={"type": "gae"}), "advantage.type='gae' is not one of grpo, rloo; set advantage.type"),
+    (dict(advantage={"type": "gae"}), "advantage.type='gae' is not one of grpo, rloo, max_rl; set advantage.type"),
     (dict(advantage={"type": "grpo", "std": "group"}),
      "advantage.std is not a key of advantage type 'grpo'; its keys: scale_rewards"),
     (dict(advantage={"type": "rloo", "scale_rewards": "group"}),
@@ -200,3 +202,79 @@ def test_a_real_rltrainer_run_trains_with_rloo_advantages(tiny_model_dir, tmp_pa
     assert any(not torch.equal(before[k], after[k]) for k in before)
     logged = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
     assert [r["advantage/abs_mean"] for r in logged] == pytest.approx([float(a.abs().mean()) for a in steps])
+
+
+# --- prime-rl's max_rl and length penalty -----------------------------------------------------------------------------
+
+
+def test_max_rl_divides_the_centred_rewards_by_the_group_mean():
+    from verifiers_rl.trainer.advantage_types.max_rl import MaxRLAdvantageConfig, max_rl_advantages
+
+    # group 0: mean 1 -> (r - 1) / 1; group 1: all 2 -> 0; group 2: mean 0 -> no signal, 0 (prime-rl's rule)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 3.0, 2.0, 2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0])
+    assert max_rl_advantages(rewards, 4, MaxRLAdvantageConfig()).tolist() == [0, -1, -1, 2, 0, 0, 0, 0, 0, 0, 0, 0]
+    # binary rewards: a prompt solved 1 time in 4 weighs 3x one solved 3 times in 4 (~1/p)
+    adv = max_rl_advantages(torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0]), 4, MaxRLAdvantageConfig())
+    assert adv.tolist() == pytest.approx([3, -1, -1, -1, 1 / 3, 1 / 3, 1 / 3, -1])
+    c = vf.RLConfig(output_dir="o", **{**SMALL, "advantage": {"type": "max_rl"}})
+    assert torch.equal(advantages_for(rewards, 4, c), max_rl_advantages(rewards, 4, MaxRLAdvantageConfig()))
+
+
+def test_the_length_penalty_shapes_rewards_before_the_group_baseline():
+    from verifiers_rl.trainer.advantage_types.length_penalty import LengthPenaltyConfig, RolloutLengths
+
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])  # groups of 2; the last group is in `kept` below
+    lengths = RolloutLengths(output=torch.tensor([10.0, 20.0, 5.0, 50.0, 8.0, 4.0]),
+                             input=torch.tensor([30.0, 30.0, 6.0, 6.0, 3.0, 3.0]),
+                             turns=torch.tensor([1.0, 2.0, 1.0, 1.0, 1.0, 1.0]))
+    penalty = {"num_output_tokens_weight": 0.25, "num_input_tokens_weight": 0.1, "num_turns_weight": 0.1}
+    c = vf.RLConfig(output_dir="o", **{**SMALL, "batch_size": 6, "advantage": {"length_penalty": penalty}})
+    adv = advantages_for(rewards, 2, c, lengths=lengths)
+    # group 0, pass rate 1: shaped 1 - (0.25 * 10/20 + 0.1 * 1 + 0.1 * 1/2) = 0.725 and 1 - (0.25 + 0.1 + 0.1) = 0.55
+    assert adv[:2].tolist() == pytest.approx([0.0875, -0.0875])
+    assert adv[2:4].tolist() == [0.0, 0.0]  # pass rate 0: no penalty, no signal
+    # group 2, pass rate 0.5: 1 - 0.5 * (0.25 + 0.1 + 0.1) = 0.775 and 0 - 0.5 * (0.125 + 0.1 + 0.1) = -0.1625
+    assert adv[4:].tolist() == pytest.approx([0.46875, -0.46875])
+    # a dropped rollout leaves the group: the others' lengths are what the penalty compares
+    kept = advantages_for(rewards, 2, c, [True, True, True, True, True, False], lengths)
+    assert kept[:4].tolist() == pytest.approx(adv[:4].tolist()) and kept[4:].tolist() == [0.0, 0.0]
+    # off by default; its table's keys and values are checked in one line; kept as a table from a notebook object
+    assert resolve_advantage(vf.RLConfig(output_dir="o", **SMALL))[1].length_penalty is None
+    with pytest.raises(ValueError, match=r"advantage.length_penalty.num_tokens_weight is not a key of the length "):
+        vf.RLConfig(output_dir="o", **{**SMALL, "advantage": {"length_penalty": {"num_tokens_weight": 1}}})
+    with pytest.raises(ValueError, match=r"advantage.length_penalty.num_turns_weight=-1 must be a finite number >= 0"):
+        vf.RLConfig(output_dir="o", **{**SMALL, "advantage": {"length_penalty": {"num_turns_weight": -1}}})
+    nb = vf.RLConfig(output_dir="o", **{**SMALL, "advantage": GRPOAdvantageConfig(
+        length_penalty=LengthPenaltyConfig(num_turns_weight=0.0))})
+    assert nb.advantage == {"type": "grpo", "scale_rewards": "none", "length_penalty": {
+        "num_output_tokens_weight": 0.25, "num_input_tokens_weight": 0.1, "num_turns_weight": 0.0}}
+
+
+@pytest.mark.parametrize("advantage", [{"type": "max_rl"}, {"type": "grpo", "length_penalty": {}}],
+                         ids=["max_rl", "length_penalty"])
+def test_a_real_rltrainer_run_trains_with_prime_rls_estimators(advantage, tiny_model_dir, tmp_path, monkeypatch):
+    from test_trainer import GROUP, make_config, make_env, read_metrics
+
+    from verifiers_rl.trainer.advantage_types import grpo, max_rl
+
+    module = max_rl if advantage["type"] == "max_rl" else grpo
+    registered, seen = module.ADVANTAGE.fn, []
+
+    def recorded(rewards, group_size, cfg, **kw):  # the registered function, each step's inputs kept
+        out = registered(rewards, group_size, cfg, **kw)
+        seen.append((rewards.clone(), kw.get("lengths"), out.clone()))
+        return out
+
+    monkeypatch.setattr(module, "ADVANTAGE", dataclasses.replace(module.ADVANTAGE, fn=recorded))
+    vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, advantage=advantage)).train()
+    assert len(seen) == 2
+    for rewards, lengths, out in seen:
+        if module is max_rl:  # by hand: (r - mean) / mean per group, 0 where the mean is 0
+            r = rewards.view(-1, GROUP)
+            mean = r.mean(1, keepdim=True)
+            want = torch.where(mean > 0, (r - mean) / mean.clamp(min=1e-12), torch.zeros_like(r)).view(-1)
+            assert lengths is None and out.tolist() == pytest.approx(want.tolist(), abs=1e-6)
+        else:  # the run handed each rollout's lengths: tokens the model wrote and read, in one turn each
+            assert (lengths.output > 0).all() and (lengths.input > 0).all() and (lengths.turns == 1).all()
+    logged = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
+    assert [r["advantage/abs_mean"] for r in logged] == pytest.approx([float(o.abs().mean()) for *_, o in seen])

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
+from verifiers_rl.trainer.advantage_types.settings import SHARED_KEYS
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.config import DEFAULT_LORA_TARGET_MODULES, RLConfig
 from verifiers_rl.trainer.loss import LossConfig
@@ -204,6 +205,8 @@ def test_loss_and_buffer_settings_are_rl_config_fields(source, tmp_path):
     rl_fields, rl_hints = {f.name: f for f in dataclasses.fields(RLConfig)}, typing.get_type_hints(RLConfig)
     hints = typing.get_type_hints(source)
     for f in dataclasses.fields(source):
+        if source is GRPOAdvantageConfig and f.name not in SHARED_KEYS:  # grpo's newer keys live in its table only
+            continue
         rl = rl_fields[f.name]
         assert (rl.default, rl_hints[f.name]) == (f.default, hints[f.name]), f.name
         assert rl.metadata["help"] == f.metadata["help"] and f.metadata["help"], f.name

@@ -33,7 +33,7 @@ def config(tmp_path, **kw) -> vf.RLConfig:
 
 
 def test_registry_names_each_loss_with_its_own_config_and_mode():
-    trl = ["grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo"]  # TRL's loss types (tests/test_trl_losses.py)
+    trl = ["grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]  # TRL's loss types (tests/test_trl_losses.py)
     assert loss_types() == ["default", "dapo", *trl, "opd", "sft"]
     assert loss_types("rl") == ["default", "dapo", *trl] and loss_types("opd") == ["opd"] and loss_types("sft") == ["sft"]
     for name in LOSSES:
@@ -48,7 +48,7 @@ def test_registry_names_each_loss_with_its_own_config_and_mode():
 def test_unknown_type_is_one_line_listing_the_registered_ones():
     with pytest.raises(ValueError) as e:
         get_loss("gspoo")
-    assert str(e.value) == ("loss.type='gspoo' is not one of default, dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, opd, sft; "
+    assert str(e.value) == ("loss.type='gspoo' is not one of default, dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, vespo, opd, sft; "
                             "set loss.type to one of them")
 
 
@@ -156,14 +156,14 @@ def test_rlconfig_loss_table_config_object_and_the_older_top_level_keys(tmp_path
 
 @pytest.mark.parametrize("kw, match", [
     (dict(loss={"type": "gspoo"}), "loss.type='gspoo' is not one of default, dapo, grpo, bnpo, dr_grpo, cispo, "
-                                   "sapo, luspo, opd, sft"),
+                                   "sapo, luspo, vespo, opd, sft"),
     (dict(loss={"type": "dapo", "epsilon": 0.2}),
      "loss.epsilon is not a key of loss type 'dapo'; its keys: epsilon_low, epsilon_high"),
     (dict(loss={"type": "dapo", "epsilon_low": 1.5}), r"loss.epsilon_low=1.5 must be in \[0, 1\)"),
     (dict(loss={"type": "sft"}), "loss.type='sft' trains training_mode='sft', not 'rl'; set training_mode='sft' or "
                                  "loss.type to one of default, dapo"),
     (dict(loss={"type": "dapo"}, beta=0.1), ("beta=0.1 applies to loss.type one of default, grpo, bnpo, "
-                                            "dr_grpo, cispo, sapo, luspo, opd, not 'dapo'")),
+                                            "dr_grpo, cispo, sapo, luspo, vespo, opd, not 'dapo'")),
     (dict(kl_tau=0.1, loss={"kl_tau": 0.2}), "kl_tau=0.1 and loss.kl_tau=0.2 are both set; keep one"),
     (dict(loss="dapo"), "loss='dapo' must be a table with a 'type' key"),
 ])
@@ -185,7 +185,7 @@ def test_vf_rl_toml_and_command_line_reach_the_loss_table(tmp_path):
     with pytest.raises(ConfigError) as e:
         resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
     assert str(e.value).startswith("trainer.args.loss: loss.type='gspoo' is not one of default, dapo, grpo, bnpo, "
-                                   "dr_grpo, cispo, sapo, luspo, opd, sft")
+                                   "dr_grpo, cispo, sapo, luspo, vespo, opd, sft")
 
 
 # --- the trainer names no loss's metric --------------------------------------------------------------------------------

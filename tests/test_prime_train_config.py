@@ -14,6 +14,8 @@ from verifiers_rl.cli import rl as rl_cli
 from verifiers_rl.config import hosted, prime_train
 from verifiers_rl.config.loading import ConfigError, parse_args
 from verifiers_rl.config.schema import resolve_run
+from verifiers_rl.trainer.advantage_types.length_penalty import LengthPenaltyConfig
+from verifiers_rl.trainer.advantage_types.settings import resolve_advantage
 
 ONE_SEAT = '''
 max_steps = 40
@@ -160,6 +162,22 @@ def test_a_one_seat_v1_config_translates_onto_the_same_run(tmp_path, capsys):
     assert run.hosted and run.args.rollouts_per_example == 8 and run.args.use_lora
 
 
+@pytest.mark.parametrize("algo, advantage", [
+    ('type = "max_rl"', {"type": "max_rl"}),
+    ('type = "grpo"\nlength_penalty = { type = "linear", num_output_tokens_weight = 0.5 }',
+     {"length_penalty": {"type": "linear", "num_output_tokens_weight": 0.5}}),
+], ids=["max_rl", "length_penalty"])
+def test_prime_rls_max_rl_and_length_penalty_translate_to_the_advantage(algo, advantage, tmp_path):
+    text = ONE_SEAT + f"\n[orchestrator.algo]\n{algo}\n"
+    native = translated(tmp_path, text)
+    assert native["trainer"]["args"]["advantage"] == advantage and "training_mode" not in native
+    run = resolve_run(load(tmp_path, text)[0], {"output_dir": str(tmp_path / "o")}, check_environments=False)
+    spec, config = resolve_advantage(run.args)
+    assert spec.name == advantage.get("type", "grpo")
+    if "length_penalty" in advantage:
+        assert config.length_penalty == LengthPenaltyConfig(num_output_tokens_weight=0.5)
+
+
 def test_two_seats_a_gate_a_renderer_and_eval_translate(tmp_path):
     native = translated(tmp_path, TWO_SEATS_GATED)
     args = native["trainer"]["args"]
@@ -186,8 +204,8 @@ def test_opd_with_a_served_teacher_and_two_weighted_sources(tmp_path):
 
 
 @pytest.mark.parametrize("edit, expected", [
-    (("[orchestrator.algo]\ntype = \"opd\"", "[orchestrator.algo]\ntype = \"max_rl\""),
-     "orchestrator.algo.type: 'max_rl' is not supported yet by the local trainer"),
+    (("[orchestrator.algo]\ntype = \"opd\"", "[orchestrator.algo]\ntype = \"rae\""),
+     "orchestrator.algo.type: 'rae' is not supported by the local trainer"),
     (("[trainer.loss]\nkl_tau = 0.002", "[trainer.loss]\ndppo_mask_low = 0.1"),
      "trainer.loss.dppo_mask_low: not supported yet by the local trainer"),
     (("ratio = 3.0", "ratio = 3.0\ngroup_size = 4"),

@@ -25,7 +25,7 @@ DEFAULT_MICRO_BATCH = 8
 # prime-rl's defaults where they differ from vf-rl's (prime-rl-configs 559b447).
 PRIME_RL_DEFAULTS = {"learning_rate": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0, "batch_size": 128,
                      "group_size": 1, "eval_interval": 100}
-ALGO_MODES = {"grpo": "rl", "opd": "opd", "sft": "sft"}
+ALGO_MODES = {"grpo": "rl", "max_rl": "rl", "opd": "opd", "sft": "sft"}
 # Renamed or removed keys that still translate, one warning each (the prime CLI warns on the same ones).
 DEPRECATED = {
     "orchestrator.trajectory_strategy": "ignored: a rollout's turns train as one sample ('interleaved')",
@@ -77,8 +77,11 @@ RULES: list[Rule] = [
          "gradient here either"),
     Rule("orchestrator.renderer", "env.args.renderer", "verifiers' TrainClientConfig.renderer of each v1 env "
          "(e.g. {name = 'prime-qwen3'})"),
-    Rule("orchestrator.algo.type", "training_mode", "grpo → rl, opd → opd, sft → sft; a source's own algo must "
-         "agree; max_rl, rae, hierarchical_grpo, echo, opsd and length_penalty are not supported yet"),
+    Rule("orchestrator.algo.type", "training_mode, trainer.args.advantage", "grpo → rl, max_rl → rl with "
+         "advantage.type 'max_rl', opd → opd, sft → sft; a source's own algo must agree; rae, hierarchical_grpo, "
+         "echo and opsd are not supported (docs/training.md says why)"),
+    Rule("orchestrator.algo.length_penalty", "trainer.args.advantage.length_penalty", "grpo: its weights as is "
+         "(type 'linear')"),
     Rule("orchestrator.algo.teacher", "[teacher]", "opd: `base_url` → url, `name` → name, `api_key_var` as is"),
     Rule("orchestrator.algo.sampling.source", "[teacher]", "sft: a frozen model (`base_url`, `name`) generates "
          "the rollouts; 'policy' (the default) is not a teacher"),
@@ -243,14 +246,18 @@ def _algo(r: _Reader, sources: list[dict[str, Any]], o: _Out) -> None:
                               "trainer runs one algorithm per run (set it once, in [orchestrator.algo])")
     kind = algo.get("type", "grpo")
     if kind not in ALGO_MODES:
-        raise ConfigError(f"orchestrator.algo.type: {kind!r} is not supported yet by the local trainer (grpo, opd, "
-                          "sft)")
-    if algo.pop("length_penalty", None) is not None:
-        raise ConfigError("orchestrator.algo.length_penalty: not supported yet by the local trainer")
+        raise ConfigError(f"orchestrator.algo.type: {kind!r} is not supported by the local trainer (grpo, max_rl, "
+                          "opd, sft; docs/training.md says why)")
+    penalty = algo.pop("length_penalty", None)
+    if penalty is not None and kind != "grpo":
+        raise ConfigError(f"orchestrator.algo.length_penalty: applies to type 'grpo', not {kind!r}")
+    if kind == "max_rl" or penalty is not None:
+        o.arg("advantage", {"type": "max_rl"} if kind == "max_rl" else {"length_penalty": penalty},
+              f"orchestrator.algo.{'type' if kind == 'max_rl' else 'length_penalty'}")
     teacher = _teacher(algo, "orchestrator.algo")
     algo.pop("type", None)
     _rest("orchestrator.algo", algo)
-    if kind != "grpo":
+    if ALGO_MODES[kind] != "rl":
         o.put("training_mode", ALGO_MODES[kind], "orchestrator.algo.type")
     if teacher:
         o.put("teacher", teacher, "orchestrator.algo")

@@ -146,13 +146,14 @@ class RLConfig(CheckpointSettings, TrainingArguments):
     kl_tau: float = _setting(LossConfig, "kl_tau")
     beta: float = _setting(LossConfig, "beta")
     loss: dict[str, Any] | None = field(default=None, metadata={
-        "help": "The loss: a table with 'type' (default, dapo, and TRL's grpo, bnpo, dr_grpo, cispo, sapo, luspo; opd "
-                "and sft for those modes; None: the mode's own) and "
+        "help": "The loss: a table with 'type' (default, dapo, and TRL's grpo, bnpo, dr_grpo, cispo, sapo, luspo, "
+                "vespo; opd and sft for those modes; None: the mode's own) and "
                 "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}. docs/training.md#choosing-a-loss"})
     scale_rewards: str = _setting(GRPOAdvantageConfig, "scale_rewards")  # grpo's key (trainer/advantage_types/)
     advantage: dict[str, Any] | None = field(default=None, metadata={
-        "help": "The advantage estimator: a table with 'type' (grpo, rloo; None: grpo) and its keys, e.g. "
-                "{type = 'rloo'}. docs/training.md#choosing-an-advantage-estimator"})
+        "help": "The advantage estimator: a table with 'type' (grpo, rloo, max_rl; None: grpo) and its keys, e.g. "
+                "{type = 'rloo'}, {type = 'grpo', length_penalty = {}}. "
+                "docs/training.md#choosing-an-advantage-estimator"})
 
     # --- Training mode (rl | opd | sft) and the teacher: defined (default, help) in trainer/modes.py's ModeConfig --
     training_mode: str = _setting(ModeConfig, "training_mode")

@@ -16,6 +16,7 @@ import torch
 
 from verifiers_rl.rewards import is_dropped, reward_of, training_reward
 from verifiers_rl.trainer import distributed
+from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
 from verifiers_rl.trainer.advantage_types.settings import advantages_for
 from verifiers_rl.trainer.batching import collate, drop_reason, split_micro_batches
 from verifiers_rl.trainer.logprobs import policy_token_logprobs
@@ -60,7 +61,8 @@ class StepRunner:
             raise RuntimeError(f"step {step}: got {len(states)} rollouts, expected batch_size={args.batch_size}")
 
         rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # as the buffer
-        advantages = advantages_for(rewards, args.rollouts_per_example, args, [not is_dropped(s) for s in states])
+        advantages = advantages_for(rewards, args.rollouts_per_example, args, [not is_dropped(s) for s in states],
+                                    rollout_lengths(states))
         mine = slice(offset, offset + len(batch.states))
         samples = tr.mode.samples(batch.states, advantages[mine].tolist())  # opd by URL: the teacher scores here
         t_train = time.perf_counter()

@@ -51,7 +51,9 @@ def store_back(c: Any, section: str, name: str, config: Any, shared: Iterable[st
     """After the check: a config object given as ``c.<section>`` is kept as its table (JSON, TOML), and the top-level
     keys take the chosen type's values, so whoever reads them (``c.beta``: the reference model) sees those."""
     if getattr(c, section) is not None and not isinstance(getattr(c, section), dict):
-        setattr(c, section, {"type": name, **dataclasses.asdict(config)})
+        # a None left at its None default is omitted: TOML has no null
+        unset = {f.name for f in dataclasses.fields(config) if f.default is None and getattr(config, f.name) is None}
+        setattr(c, section, {"type": name, **{k: v for k, v in dataclasses.asdict(config).items() if k not in unset}})
     for key in shared:
         if hasattr(config, key):
             setattr(c, key, getattr(config, key))

@@ -33,10 +33,12 @@ class WandbSamplesCallback(TrainerCallback):
             return
         import torch
 
+        from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
         from verifiers_rl.trainer.advantage_types.settings import advantages_for
 
         rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # what trained
-        advantages = advantages_for(rewards, args.rollouts_per_example, args, [not is_dropped(s) for s in states])
+        advantages = advantages_for(rewards, args.rollouts_per_example, args, [not is_dropped(s) for s in states],
+                                    rollout_lengths(states))
         table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
         for s, a in zip(states, advantages.tolist()):
             prompt = s.get("prompt") or []

@@ -1,5 +1,6 @@
 """``advantage.type = "grpo"`` (the default): a rollout's reward minus its group's mean, optionally divided by a
-reward std (``scale_rewards``); ``trainer/advantages.py:compute_advantages`` defines it."""
+reward std (``scale_rewards``); ``trainer/advantages.py:compute_advantages`` defines it. With ``length_penalty``
+(prime-rl's), the rewards are first shaped by length (``length_penalty.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass, field
 import torch
 
 from verifiers_rl.trainer.advantage_types import AdvantageSpec
+from verifiers_rl.trainer.advantage_types.length_penalty import (LengthPenaltyConfig, RolloutLengths,
+                                                                 length_penalty_config, length_shaped)
 from verifiers_rl.trainer.advantages import SCALE_REWARDS_CHOICES, compute_advantages
 
 
@@ -15,15 +18,23 @@ from verifiers_rl.trainer.advantages import SCALE_REWARDS_CHOICES, compute_advan
 class GRPOAdvantageConfig:
     scale_rewards: str = field(default="none", metadata={
         "help": "Divide advantages by the reward std: 'none', 'group' or 'batch' (std + 1e-4)."})
+    length_penalty: LengthPenaltyConfig | None = field(default=None, metadata={
+        "help": "prime-rl's length penalty, a table of num_output_tokens_weight (0.25), num_input_tokens_weight "
+                "(0.1), num_turns_weight (0.1): each reward less pass rate x the weighted shares of the group's "
+                "longest (None: off)."})
 
     def __post_init__(self) -> None:
+        self.length_penalty = length_penalty_config(self.length_penalty)
         if self.scale_rewards not in SCALE_REWARDS_CHOICES:
             # named as the top-level key it has always been (RLConfig.scale_rewards fills it)
             raise ValueError(f"scale_rewards={self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS_CHOICES)}")
 
 
-def grpo_advantages(rewards: torch.Tensor, group_size: int, config: GRPOAdvantageConfig) -> torch.Tensor:
+def grpo_advantages(rewards: torch.Tensor, group_size: int, config: GRPOAdvantageConfig,
+                    lengths: RolloutLengths | None = None) -> torch.Tensor:
+    if config.length_penalty is not None:
+        rewards = length_shaped(rewards, group_size, lengths, config.length_penalty)
     return compute_advantages(rewards, group_size, config.scale_rewards)
 
 
-ADVANTAGE = AdvantageSpec("grpo", grpo_advantages, GRPOAdvantageConfig)
+ADVANTAGE = AdvantageSpec("grpo", grpo_advantages, GRPOAdvantageConfig, uses_lengths=True)

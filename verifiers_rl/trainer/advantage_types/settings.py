@@ -12,10 +12,11 @@ import torch
 
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
+from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths
 from verifiers_rl.trainer.typed_table import build_config, store_back, table_of
 
-# RLConfig's top-level advantage keys: grpo's (RLConfig takes them from its config)
-SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(GRPOAdvantageConfig)}
+# RLConfig's top-level advantage key: grpo's scale_rewards (RLConfig takes it from its config)
+SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(GRPOAdvantageConfig) if f.name == "scale_rewards"}
 
 
 def advantage_table(advantage: Any) -> dict[str, Any]:
@@ -46,18 +47,25 @@ def check_advantage(c: Any) -> None:
     store_back(c, "advantage", spec.name, config, SHARED_KEYS)
 
 
-def advantages_for(rewards: torch.Tensor, group_size: int, args: Any, kept: list[bool] | None = None
-                   ) -> torch.Tensor:
+def advantages_for(rewards: torch.Tensor, group_size: int, args: Any, kept: list[bool] | None = None,
+                   lengths: RolloutLengths | None = None) -> torch.Tensor:
     """The advantages of a step's ``rewards`` (contiguous groups of ``group_size``) under ``args``' estimator.
     ``kept`` False marks a rollout its environment dropped: it gets advantage 0 and is left out of its group's
-    baseline (the estimator runs on the group's kept rollouts; fewer than it needs: all 0)."""
+    baseline (the estimator runs on the group's kept rollouts; fewer than it needs: all 0). ``lengths``: each
+    rollout's (``rollout_lengths(states)``), for an estimator that uses them (grpo's length penalty)."""
     spec, config = resolve_advantage(args)
+
+    def run(r: torch.Tensor, g: int, idx: torch.Tensor | None = None) -> torch.Tensor:
+        if not spec.uses_lengths:
+            return spec.fn(r, g, config)
+        return spec.fn(r, g, config, lengths=lengths if lengths is None or idx is None else lengths.take(idx))
+
     if kept is None or all(kept):
-        return spec.fn(rewards, group_size, config)
+        return run(rewards, group_size)
     out = torch.zeros_like(rewards, dtype=torch.float32)
     keep = torch.tensor(kept, dtype=torch.bool)
     for start in range(0, len(rewards), group_size):
         idx = torch.arange(start, min(start + group_size, len(rewards)))[keep[start:start + group_size]]
         if len(idx) >= max(spec.min_group_size, 1):
-            out[idx] = spec.fn(rewards[idx], len(idx), config).float()
+            out[idx] = run(rewards[idx], len(idx), idx).float()
     return out

@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from verifiers_rl.trainer.importance import log_importance_ratio
+from verifiers_rl.trainer.importance import log_importance_ratio, ratio_mask
 from verifiers_rl.trainer.loss import LossInputs, LossOutputs, k3_kl, masked_mean, ratio_metrics
 from verifiers_rl.trainer.losses import LossSpec
 
@@ -200,7 +200,8 @@ def _sampler_weight(mismatch: torch.Tensor, config: TRLLossConfig) -> torch.Tens
     lo, hi = config.importance_sampling_clip_min, config.importance_sampling_clip_max
     if kind == "truncate":
         return torch.clamp(w, min=lo, max=hi)
-    outside = (w < (-math.inf if lo is None else lo)) | (w > (math.inf if hi is None else hi))
+    everywhere = torch.ones_like(w, dtype=torch.bool)
+    outside = ratio_mask(w, everywhere, -math.inf if lo is None else lo, math.inf if hi is None else hi)
     return w.masked_fill(outside, 0.0)
 
 
