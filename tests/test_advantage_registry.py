@@ -44,7 +44,7 @@ def test_registry_names_each_estimator_with_its_own_config():
     assert get_advantage("grpo").config is GRPOAdvantageConfig and get_advantage("rloo").min_group_size == 2
     with pytest.raises(ValueError) as e:
         get_advantage("gae")
-    assert str(e.value) == "advantage.type='gae' is not one of grpo, rloo, max_rl; set advantage.type to one of them"
+    assert str(e.value) == "advantage.type='gae' is not one of grpo, rloo, max_rl; set advantage.type to one of them, or to an import path 'package.module:SPEC'"
 
 
 def test_rloo_baselines_each_rollout_by_the_mean_of_the_others():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_unknown_type_is_one_line_listing_the_registered_ones():
     with pytest.raises(ValueError) as e:
         get_loss("gspoo")
     assert str(e.value) == ("loss.type='gspoo' is not one of default, dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, vespo, opd, sft; "
-                            "set loss.type to one of them")
+                            "set loss.type to one of them, or to an import path 'package.module:SPEC'")
 
 
 @pytest.mark.parametrize("cls, kw, match", [
@@ -240,3 +241,117 @@ def test_a_real_rltrainer_run_trains_with_the_dapo_loss(tiny_model_dir, tmp_path
     steps = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
     assert len(steps) == 2 and all("masked_fraction" in r and "importance_ratio/min" in r for r in steps)
     assert all(math.isfinite(r["loss/mean"]) for r in steps)
+
+
+# --- a loss and an estimator from outside the package, by import path -------------------------------------------------
+
+CUSTOM = '''
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from verifiers_rl.trainer.advantage_types import AdvantageSpec
+from verifiers_rl.trainer.loss import LossOutputs
+from verifiers_rl.trainer.losses import LossSpec
+
+CALLS = Path(__file__).with_name("calls.txt")  # the run may train in a child process: calls go to a file
+
+
+def called(what):
+    with CALLS.open("a") as f:
+        print(what, file=f)
+
+
+@dataclass
+class ReinforceConfig:
+    scale: float = 1.0
+
+    def __post_init__(self):
+        if self.scale <= 0:
+            raise ValueError(f"loss.scale={self.scale} must be > 0")
+
+
+def reinforce(inputs, config):
+    called("loss")
+    mask = inputs.loss_mask.float()
+    adv = inputs.advantages.float().unsqueeze(1)
+    loss = -(config.scale * adv * inputs.trainer_logprobs * mask).sum() / inputs.total_loss_tokens
+    return LossOutputs(loss=loss, metrics={"loss_tokens": mask.sum(), "reinforce/adv": (adv * mask).sum() / mask.sum()})
+
+
+@dataclass
+class MinBaselineConfig:
+    pass
+
+
+def min_baseline(rewards, group_size, config):
+    called("advantage")
+    r = rewards.float().view(-1, group_size)
+    return (r - r.min(dim=1, keepdim=True).values).view(-1)
+
+
+LOSS = LossSpec("reinforce", reinforce, ReinforceConfig)
+ADVANTAGE = AdvantageSpec("min_baseline", min_baseline, MinBaselineConfig)
+NOT_A_SPEC = 3
+'''
+
+
+@pytest.mark.integration  # vf-rl runs its trainer in a worker process
+def test_a_custom_loss_and_estimator_by_import_path_train_two_steps(tiny_model_dir, tmp_path, monkeypatch):
+    import importlib
+    import json
+
+    from verifiers_rl.cli import rl as rl_cli
+    from verifiers_rl.trainer.advantage_types import get_advantage
+
+    (tmp_path / "my_objectives.py").write_text(CUSTOM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    custom = importlib.import_module("my_objectives")
+    assert get_loss("my_objectives:LOSS") is custom.LOSS and get_advantage("my_objectives:ADVANTAGE") is \
+        custom.ADVANTAGE
+    for name, line in [("nowhere_module:LOSS", "cannot import 'nowhere_module' (ModuleNotFoundError"),
+                       ("my_objectives:MISSING", "module 'my_objectives' has no 'MISSING'"),
+                       ("my_objectives:NOT_A_SPEC", "is a int, not a LossSpec")]:
+        with pytest.raises(ValueError, match=re.escape(line)):
+            get_loss(name)
+    with pytest.raises(ValueError, match=r"loss.scale=0 must be > 0"):
+        vf.RLConfig(output_dir=str(tmp_path / "o"), loss={"type": "my_objectives:LOSS", "scale": 0})
+    (tmp_path / "run.toml").write_text(f"""
+model = "{tiny_model_dir}"
+
+[env]
+id = "verifiers-rl/reverse-text"
+args = {{ dataset_source = "offline", num_eval_examples = 4 }}
+
+[inference]
+backend = "local"
+
+[eval]
+before = false
+after = false
+
+[trainer.args]
+max_steps = 2
+batch_size = 8
+rollouts_per_example = 4
+micro_batch_size = 4
+max_tokens = 8
+max_seq_len = 128
+max_prompt_len = 96
+learning_rate = 1e-2
+save_steps = 100
+seed = 0
+loss = {{ type = "my_objectives:LOSS", scale = 0.5 }}
+advantage = {{ type = "my_objectives:ADVANTAGE" }}
+""")
+    monkeypatch.chdir(tmp_path)
+    assert rl_cli.main(["@", "run.toml", "--output-dir", str(tmp_path / "out")]) == 0
+    steps = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if "loss/mean" in s]
+    assert [s["step"] for s in steps] == [1, 2]
+    # the custom loss ran (its own metric is logged; the min baseline's advantages are never negative), and so
+    # did the custom estimator, once per step
+    assert all(s["reinforce/adv"] >= 0 for s in steps)
+    calls = custom.CALLS.read_text().split()
+    assert calls.count("advantage") == 2 and calls.count("loss") >= 2, calls

@@ -207,9 +207,10 @@ def test_the_settings_a_loss_cannot_take_are_one_line_each():
 TRL_TYPES = ["grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
 
 
+@pytest.mark.integration  # vf-rl runs its trainer in a worker process
 @pytest.mark.parametrize("kind", TRL_TYPES)
 def test_each_trl_loss_type_trains_two_steps_through_vf_rl(kind, tiny_model_dir, tmp_path, monkeypatch):
-    """`vf-rl @ run.toml`, in this process (its `main`, as the console script calls it)."""
+    """`vf-rl @ run.toml` through its `main`, as the console script calls it (it trains in a worker process)."""
     import json
 
     from verifiers_rl.cli import rl as rl_cli

@@ -4,6 +4,7 @@ holds the chosen type's own keys; RLConfig's older top-level keys fill the same-
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any, Callable, Iterable
 
 
@@ -57,3 +58,26 @@ def store_back(c: Any, section: str, name: str, config: Any, shared: Iterable[st
     for key in shared:
         if hasattr(config, key):
             setattr(c, key, getattr(config, key))
+
+
+def registered(section: str, name: Any, registry: dict[str, str], spec_type: type, default_attr: str) -> Any:
+    """The spec ``name`` names: a registered one (``registry``: name -> "module[:attribute]", ``default_attr`` when
+    omitted), or one outside the package by import path, ``"package.module:ATTRIBUTE"`` (as prime-rl's
+    ``import_path``), which must be a ``spec_type``. Anything else is one line."""
+    if isinstance(name, str) and name in registry:
+        module, _, attr = registry[name].partition(":")
+        return getattr(importlib.import_module(module), attr or default_attr)
+    if not isinstance(name, str) or ":" not in name:
+        raise ValueError(f"{section}.type={name!r} is not one of {', '.join(registry)}; set {section}.type to one "
+                         "of them, or to an import path 'package.module:SPEC'")
+    module, _, attr = name.partition(":")
+    try:
+        spec = getattr(importlib.import_module(module), attr)
+    except ImportError as e:
+        raise ValueError(f"{section}.type={name!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
+    except AttributeError:
+        raise ValueError(f"{section}.type={name!r}: module {module!r} has no {attr!r}") from None
+    if not isinstance(spec, spec_type):
+        raise ValueError(f"{section}.type={name!r} is a {type(spec).__name__}, not a {spec_type.__name__} "
+                         f"({section} docs: docs/training.md)")
+    return spec

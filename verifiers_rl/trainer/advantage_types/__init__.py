@@ -7,12 +7,12 @@ Each registered estimator lives in its own module and is an :class:`AdvantageSpe
 counts, ``length_penalty.RolloutLengths``) and its own config class (a dataclass that checks its values in
 ``__post_init__`` and raises one line naming the key).
 
-Adding an estimator: a module here that defines ``ADVANTAGE = AdvantageSpec(...)``, and its line in ``ADVANTAGES``.
+Adding an estimator: a module here that defines ``ADVANTAGE = AdvantageSpec(...)``, and its line in ``ADVANTAGES``;
+or, outside the package, ``advantage.type = "my_pkg.advantages:ADVANTAGE"`` (its import path).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -38,8 +38,8 @@ class AdvantageSpec:
 
 
 def get_advantage(name: str) -> AdvantageSpec:
-    """The registered estimator ``name``; an unknown name is one line listing the registered ones."""
-    if not isinstance(name, str) or name not in ADVANTAGES:
-        raise ValueError(f"advantage.type={name!r} is not one of {', '.join(ADVANTAGES)}; "
-                         "set advantage.type to one of them")
-    return importlib.import_module(ADVANTAGES[name]).ADVANTAGE
+    """The registered estimator ``name``, or an :class:`AdvantageSpec` outside the package by import path
+    (``"my_pkg.advantages:ADVANTAGE"``); anything else is one line listing the registered ones."""
+    from verifiers_rl.trainer.typed_table import registered
+
+    return registered("advantage", name, ADVANTAGES, AdvantageSpec, "ADVANTAGE")

@@ -31,9 +31,9 @@ def advantage_table(advantage: Any) -> dict[str, Any]:
 def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
     """The chosen estimator and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields)."""
     table = advantage_table(getattr(c, "advantage", None))
-    spec = get_advantage(table.pop("type", None) or DEFAULT_ADVANTAGE)
-    return spec, build_config("advantage", spec.name, table, c, SHARED_KEYS, ADVANTAGES,
-                              lambda n: get_advantage(n).config)
+    kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
+    return get_advantage(kind), build_config("advantage", kind, table, c, SHARED_KEYS, ADVANTAGES,
+                                             lambda n: get_advantage(n).config)
 
 
 def check_advantage(c: Any) -> None:

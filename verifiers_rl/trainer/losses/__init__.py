@@ -6,12 +6,12 @@ LossOutputs`` (the loss and its metrics by name), its own config class (a datacl
 loss tokens reports, and which of its metrics the console line shows. The trainer logs whatever metrics the loss
 returns and names none of them.
 
-Adding a loss: a module here that defines ``LOSS = LossSpec(...)``, and its line in ``LOSSES``.
+Adding a loss: a module here that defines ``LOSS = LossSpec(...)``, and its line in ``LOSSES``; or, outside the
+package, ``loss.type = "my_pkg.losses:LOSS"`` (its import path).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -58,8 +58,8 @@ def loss_types(mode: str | None = None) -> list[str]:
 
 
 def get_loss(name: str) -> LossSpec:
-    """The registered loss ``name``; an unknown name is one line listing the registered ones."""
-    if not isinstance(name, str) or name not in LOSSES:
-        raise ValueError(f"loss.type={name!r} is not one of {', '.join(LOSSES)}; set loss.type to one of them")
-    module, _, attr = LOSSES[name].partition(":")
-    return getattr(importlib.import_module(module), attr or "LOSS")
+    """The registered loss ``name``, or a :class:`LossSpec` outside the package by import path
+    (``"my_pkg.losses:LOSS"``); anything else is one line listing the registered ones."""
+    from verifiers_rl.trainer.typed_table import registered
+
+    return registered("loss", name, LOSSES, LossSpec, "LOSS")

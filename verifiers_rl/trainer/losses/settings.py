@@ -29,12 +29,13 @@ def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
     """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields)."""
     mode = getattr(c, "training_mode", "rl")
     table = loss_table(getattr(c, "loss", None), mode)
-    spec = get_loss(table.pop("type", None) or MODE_LOSS.get(mode, "default"))
+    kind = table.pop("type", None) or MODE_LOSS.get(mode, "default")  # a name, or an import path
+    spec = get_loss(kind)
     if spec.mode != mode:
         fits = ", ".join(loss_types(mode)) or "none"
-        raise ValueError(f"loss.type={spec.name!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
+        raise ValueError(f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
                          f"training_mode={spec.mode!r} or loss.type to one of {fits}")
-    return spec, build_config("loss", spec.name, table, c, SHARED_KEYS, LOSSES, lambda n: get_loss(n).config)
+    return spec, build_config("loss", kind, table, c, SHARED_KEYS, LOSSES, lambda n: get_loss(n).config)
 
 
 def check_loss(c: Any) -> None:
