@@ -300,9 +300,9 @@ NOT_A_SPEC = 3
 @pytest.mark.integration  # vf-rl runs its trainer in a worker process
 def test_a_custom_loss_and_estimator_by_import_path_train_two_steps(tiny_model_dir, tmp_path, monkeypatch):
     import importlib
-    import json
 
-    from verifiers_rl.cli import rl as rl_cli
+    from two_steps import two_steps_through_vf_rl
+
     from verifiers_rl.trainer.advantage_types import get_advantage
 
     (tmp_path / "my_objectives.py").write_text(CUSTOM)
@@ -317,38 +317,8 @@ def test_a_custom_loss_and_estimator_by_import_path_train_two_steps(tiny_model_d
             get_loss(name)
     with pytest.raises(ValueError, match=r"loss.scale=0 must be > 0"):
         vf.RLConfig(output_dir=str(tmp_path / "o"), loss={"type": "my_objectives:LOSS", "scale": 0})
-    (tmp_path / "run.toml").write_text(f"""
-model = "{tiny_model_dir}"
-
-[env]
-id = "verifiers-rl/reverse-text"
-args = {{ dataset_source = "offline", num_eval_examples = 4 }}
-
-[inference]
-backend = "local"
-
-[eval]
-before = false
-after = false
-
-[trainer.args]
-max_steps = 2
-batch_size = 8
-rollouts_per_example = 4
-micro_batch_size = 4
-max_tokens = 8
-max_seq_len = 128
-max_prompt_len = 96
-learning_rate = 1e-2
-save_steps = 100
-seed = 0
-loss = {{ type = "my_objectives:LOSS", scale = 0.5 }}
-advantage = {{ type = "my_objectives:ADVANTAGE" }}
-""")
-    monkeypatch.chdir(tmp_path)
-    assert rl_cli.main(["@", "run.toml", "--output-dir", str(tmp_path / "out")]) == 0
-    steps = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
-    steps = [s for s in steps if "loss/mean" in s]
+    steps = two_steps_through_vf_rl(tiny_model_dir, tmp_path, monkeypatch, 'loss = { type = "my_objectives:LOSS", '
+                                    'scale = 0.5 }\nadvantage = { type = "my_objectives:ADVANTAGE" }')
     assert [s["step"] for s in steps] == [1, 2]
     # the custom loss ran (its own metric is logged; the min baseline's advantages are never negative), and so
     # did the custom estimator, once per step

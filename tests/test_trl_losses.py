@@ -210,47 +210,13 @@ TRL_TYPES = ["grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
 @pytest.mark.integration  # vf-rl runs its trainer in a worker process
 @pytest.mark.parametrize("kind", TRL_TYPES)
 def test_each_trl_loss_type_trains_two_steps_through_vf_rl(kind, tiny_model_dir, tmp_path, monkeypatch):
-    """`vf-rl @ run.toml` through its `main`, as the console script calls it (it trains in a worker process)."""
-    import json
-
-    from verifiers_rl.cli import rl as rl_cli
+    from two_steps import two_steps_through_vf_rl
 
     extra = {"grpo": ', importance_sampling_level = "sequence"',  # GSPO
              "cispo": ', importance_sampling_mode = "sequence_mask"',  # TRL's default sampler correction
              "vespo": ', importance_sampling_mode = "token_truncate"'}.get(kind, "")
-    (tmp_path / "run.toml").write_text(f"""
-model = "{tiny_model_dir}"
-
-[env]
-id = "verifiers-rl/reverse-text"
-args = {{ dataset_source = "offline", num_eval_examples = 4 }}
-
-[inference]
-backend = "local"
-
-[eval]
-before = false
-after = false
-
-[trainer.args]
-max_steps = 2
-batch_size = 8
-rollouts_per_example = 4
-micro_batch_size = 4
-max_tokens = 8
-max_seq_len = 128
-max_prompt_len = 96
-learning_rate = 1e-2
-save_steps = 100
-seed = 0
-loss = {{ type = "{kind}", beta = 0.01{extra} }}
-""")
-    out = tmp_path / "out"
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert rl_cli.main(["@", "run.toml", "--output-dir", str(out)]) == 0
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [s for s in steps if "loss/mean" in s]
+    steps = two_steps_through_vf_rl(tiny_model_dir, tmp_path, monkeypatch,
+                                    f'loss = {{ type = "{kind}", beta = 0.01{extra} }}')
     assert [s["step"] for s in steps] == [1, 2], steps
     assert all(s["importance_ratio/min"] > 0 and s["loss_tokens"] > 0 for s in steps), steps[-1]
     if kind in ("cispo", "vespo"):  # the sampler correction's metrics reach the run's log
