@@ -18,9 +18,11 @@ from verifiers_rl.config.loading import ConfigError, parse_args
 from verifiers_rl.config.schema import resolve_run
 from verifiers_rl.trainer.loss import LossConfig, LossInputs, compute_loss
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, get_loss, loss_types
-from verifiers_rl.trainer.losses.dapo import DAPOLossConfig, dapo_loss
 from verifiers_rl.trainer.losses.distill import SFTLossConfig
 from verifiers_rl.trainer.losses.settings import resolve_loss
+from verifiers_rl.trainer.losses.trl_types import DAPO, DAPOLossConfig
+
+dapo_loss = DAPO.fn
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(batch_size=4, micro_batch_size=2, rollouts_per_example=2, report_to="none")
@@ -58,8 +60,8 @@ def test_unknown_type_is_one_line_listing_the_registered_ones():
     (LossConfig, dict(mask_ratio_high=0.9), "mask_ratio_high=0.9 must satisfy"),
     (LossConfig, dict(kl_tau=-1.0), "kl_tau=-1.0 must be >= 0"),
     (LossConfig, dict(beta=-0.5), "beta=-0.5 must be >= 0"),
-    (DAPOLossConfig, dict(epsilon_low=1.0), r"loss.epsilon_low=1.0 must be in \[0, 1\) \(DAPO: 0.2\)"),
-    (DAPOLossConfig, dict(epsilon_high=0.0), r"loss.epsilon_high=0.0 must be > 0 \(DAPO: 0.28\)"),
+    (DAPOLossConfig, dict(epsilon_low=1.0), r"loss.epsilon_low=1.0 must be in \[0, 1\) \(TRL's epsilon: 0.2\)"),
+    (DAPOLossConfig, dict(epsilon_high=0.0), r"loss.epsilon_high=0.0 must be > 0"),
 ])
 def test_each_loss_config_checks_its_own_values_in_one_line(cls, kw, match):
     with pytest.raises(ValueError, match=match) as e:
@@ -146,7 +148,8 @@ def test_rlconfig_loss_table_config_object_and_the_older_top_level_keys(tmp_path
     c = config(tmp_path, loss={"type": "dapo", "epsilon_high": 0.3})
     assert c.loss_config() == DAPOLossConfig(epsilon_high=0.3)
     c = config(tmp_path, loss=DAPOLossConfig(epsilon_low=0.1))  # notebook: the config object, kept as its table
-    assert c.loss == {"type": "dapo", "epsilon_low": 0.1, "epsilon_high": 0.28}
+    assert c.loss == {"type": "dapo", "epsilon_low": 0.1, "epsilon_high": 0.28, "beta": 0.0,  # a None default: left out
+                      "importance_sampling_mode": "none", "importance_sampling_clip_max": 3.0}
     assert c.loss_config() == DAPOLossConfig(epsilon_low=0.1)
     c = config(tmp_path, loss={"type": "default", "beta": 0.2})  # the table fills the top-level key others read
     assert c.beta == 0.2 and c.loss_config() == LossConfig(beta=0.2)
@@ -159,12 +162,12 @@ def test_rlconfig_loss_table_config_object_and_the_older_top_level_keys(tmp_path
     (dict(loss={"type": "gspoo"}), "loss.type='gspoo' is not one of default, dapo, grpo, bnpo, dr_grpo, cispo, "
                                    "sapo, luspo, vespo, opd, sft"),
     (dict(loss={"type": "dapo", "epsilon": 0.2}),
-     "loss.epsilon is not a key of loss type 'dapo'; its keys: epsilon_low, epsilon_high"),
+     "loss.epsilon is not a key of loss type 'dapo'; its keys: beta, importance_sampling_mode, "
+     "importance_sampling_clip_min, importance_sampling_clip_max, epsilon_low, epsilon_high, delta"),
     (dict(loss={"type": "dapo", "epsilon_low": 1.5}), r"loss.epsilon_low=1.5 must be in \[0, 1\)"),
     (dict(loss={"type": "sft"}), "loss.type='sft' trains training_mode='sft', not 'rl'; set training_mode='sft' or "
                                  "loss.type to one of default, dapo"),
-    (dict(loss={"type": "dapo"}, beta=0.1), ("beta=0.1 applies to loss.type one of default, grpo, bnpo, "
-                                            "dr_grpo, cispo, sapo, luspo, vespo, opd, not 'dapo'")),
+    (dict(loss={"type": "dapo"}, kl_tau=0.1), "kl_tau=0.1 applies to loss.type one of default, opd, not 'dapo'"),
     (dict(kl_tau=0.1, loss={"kl_tau": 0.2}), "kl_tau=0.1 and loss.kl_tau=0.2 are both set; keep one"),
     (dict(loss="dapo"), "loss='dapo' must be a table with a 'type' key"),
 ])

@@ -113,6 +113,7 @@ CASES = [  # (our loss.type and its keys, TRL's loss_type and settings)
      {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence", "sapo": (2.0, 1.05)}),
     ("luspo", {}, "luspo", {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence"}),
     ("vespo", {}, "vespo", {"eps_low": 0.2, "eps_high": 0.2}),
+    ("dapo", {"beta": 0.04, "delta": 2.0}, "dapo", {"eps_low": 0.2, "eps_high": 0.28, "beta": 0.04, "delta": 2.0}),
     ("vespo", {"k_pos": 1.0, "lambda_neg": 4.0, "beta": 0.05}, "vespo",
      {"eps_low": 0.2, "eps_high": 0.2, "vespo": (1.0, 3.0, 3.0, 4.0), "beta": 0.05}),
 ]
@@ -150,6 +151,7 @@ IS_CASES = [  # (our loss.type and keys, TRL's settings, the correction's mode a
     ("grpo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "token_truncate", None, 3.0),
     ("grpo", {"beta": 0.04}, {"eps_low": 0.2, "eps_high": 0.2, "beta": 0.04}, "token_mask", 0.5, 1.5),
     ("dr_grpo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "sequence_truncate", 0.5, 2.0),
+    ("dapo", {}, {"eps_low": 0.2, "eps_high": 0.28}, "token_truncate", 0.8, 1.25),
     ("cispo", {}, {"eps_low": 0.2, "eps_high": 5.0}, "sequence_mask", None, 3.0),  # TRL's default mode
     ("sapo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "token_mask", None, 1.3),
     ("vespo", {}, {"eps_low": 0.2, "eps_high": 0.2}, "token_truncate", None, 1.2),

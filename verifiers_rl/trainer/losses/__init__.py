@@ -18,8 +18,8 @@ from typing import Any, Callable
 # name -> "module[:attribute]" (attribute LOSS when omitted); imported when the loss is chosen
 LOSSES: dict[str, str] = {
     "default": "verifiers_rl.trainer.losses.default",
-    "dapo": "verifiers_rl.trainer.losses.dapo",
     # TRL's GRPOConfig.loss_type names, value for value (checked against TRL's own loss code)
+    "dapo": "verifiers_rl.trainer.losses.trl_types:DAPO",
     "grpo": "verifiers_rl.trainer.losses.trl_types:GRPO",
     "bnpo": "verifiers_rl.trainer.losses.trl_types:BNPO",
     "dr_grpo": "verifiers_rl.trainer.losses.trl_types:DR_GRPO",

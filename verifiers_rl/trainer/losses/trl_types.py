@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer loss types by name and by value (TRL 1.16, ``GRPOConfig.loss_type``): ``grpo``, ``bnpo``,
-``dr_grpo``, ``cispo``, ``sapo``, ``luspo``, ``vespo`` (``dapo`` is ``losses/dapo.py``), with TRL's ``beta`` (k3 KL
-to the reference policy, added per token before the normalisation), for ``grpo`` and ``sapo``
+``dr_grpo``, ``dapo``, ``cispo``, ``sapo``, ``luspo``, ``vespo``, with TRL's ``beta`` (k3 KL to the reference
+policy, added per token before the normalisation), for ``grpo`` and ``sapo``
 ``importance_sampling_level = "sequence"`` (GSPO: one ratio per sequence, the mean log-ratio of its loss tokens),
 and for all of them TRL's sampler correction (``importance_sampling_mode``: its ``vllm_importance_sampling_mode``,
 truncated or masked trainer/sampler weights per token or per sequence, for any sampler).
@@ -17,7 +17,7 @@ What stands here for the trainer state TRL's loss reads:
 - TRL normalises each micro-batch and divides by ``gradient_accumulation_steps``; here each loss divides by the
   step's totals over all micro-batches and ranks: ``total_sequences`` (grpo, sapo: the mean over sequences of
   each sequence's token mean; luspo: of each sequence's token sum), ``total_sequences * max_completion_length``
-  (dr_grpo; ``max_completion_length`` is the run's ``max_tokens``), ``total_loss_tokens`` (cispo, vespo, as TRL's
+  (dr_grpo; ``max_completion_length`` is the run's ``max_tokens``), ``total_loss_tokens`` (dapo, cispo, vespo, as TRL's
   ``num_items_in_batch``), each micro-batch's own loss tokens over ``total_micro_batches`` (bnpo). On one
   micro-batch the value is TRL's; over several, TRL's equals it when micro-batches hold equal numbers of
   sequences (and, for bnpo, of loss tokens).
@@ -153,6 +153,14 @@ class VESPOLossConfig(TRLLossConfig):
 
 
 @dataclass
+class DAPOLossConfig(ClippedLossConfig):
+    """dapo (DAPO, arXiv:2503.14476 eq. 8; TRL's default): decoupled clip bounds ("clip-higher"), over the step's
+    loss tokens (a long completion weighs by its tokens); DAPO itself drops the KL term (beta 0)."""
+    epsilon_high: float = field(default=0.28, metadata={"help": "Upper clip: 1 + epsilon_high bounds the ratio of a "
+                                                               "positive-advantage token (DAPO: 0.28)."})
+
+
+@dataclass
 class BNPOLossConfig(ClippedLossConfig):
     """bnpo: each micro-batch's token mean."""
 
@@ -277,7 +285,7 @@ def _normalised(kind: str, per_token: torch.Tensor, mask: torch.Tensor, inputs: 
     if kind == "dr_grpo":
         return masked.sum() / (_total(inputs.total_sequences, masked, "total_sequences")
                                * _total(inputs.max_completion_length, masked, "max_completion_length"))
-    return masked.sum() / _total(inputs.total_loss_tokens, masked, "total_loss_tokens")  # cispo, vespo
+    return masked.sum() / _total(inputs.total_loss_tokens, masked, "total_loss_tokens")  # dapo, cispo, vespo
 
 
 def _clipped_loss(kind: str, level: str | None = None) -> Callable[[LossInputs, ClippedLossConfig], LossOutputs]:
@@ -348,6 +356,7 @@ _EMPTY = {"importance_ratio/min": 1.0, "importance_ratio/max": 1.0, "importance_
           "importance_sampling/ratio/max": 1.0}
 _CONSOLE = (("mismatch_kl/mean", "kl"),)
 GRPO = LossSpec("grpo", _clipped_loss("grpo"), GRPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
+DAPO = LossSpec("dapo", _clipped_loss("dapo", "token"), DAPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
 BNPO = LossSpec("bnpo", _clipped_loss("bnpo", "token"), BNPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
 DR_GRPO = LossSpec("dr_grpo", _clipped_loss("dr_grpo", "token"), DrGRPOLossConfig, when_empty=_EMPTY,
                    console=_CONSOLE)
