@@ -218,7 +218,7 @@ def test_the_trainer_modules_name_no_loss_metric():
 def test_a_real_rltrainer_run_trains_with_the_dapo_loss(tiny_model_dir, tmp_path, monkeypatch):
     from test_trainer import lora_weights, make_config, make_env, read_metrics
 
-    from verifiers_rl.trainer.losses import dapo
+    from verifiers_rl.trainer.losses import trl_types
 
     calls = []
 
@@ -232,7 +232,7 @@ def test_a_real_rltrainer_run_trains_with_the_dapo_loss(tiny_model_dir, tmp_path
         calls.append(cfg)
         return out
 
-    monkeypatch.setattr(dapo, "LOSS", dataclasses.replace(dapo.LOSS, fn=recorded))
+    monkeypatch.setattr(trl_types, "DAPO", dataclasses.replace(trl_types.DAPO, fn=recorded))
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(),
                            make_config(tmp_path, loss={"type": "dapo", "epsilon_high": 0.3}))
     before = lora_weights(trainer.model)
@@ -328,3 +328,27 @@ def test_a_custom_loss_and_estimator_by_import_path_train_two_steps(tiny_model_d
     assert all(s["reinforce/adv"] >= 0 for s in steps)
     calls = custom.CALLS.read_text().split()
     assert calls.count("advantage") == 2 and calls.count("loss") >= 2, calls
+
+
+def test_a_run_builds_its_loss_and_estimator_once(tiny_model_dir, tmp_path, monkeypatch):
+    """From the RLConfig to the end of a 3-step run (its checks, the mode, the console, each step's advantages and
+    loss, the W&B-less samples path): one build each; a setting changed afterwards builds again."""
+    from test_trainer import make_config, make_env
+
+    from verifiers_rl.trainer import typed_table
+
+    built = []
+    real = typed_table.build_config
+
+    def counted(section, *a, **k):
+        built.append(section)
+        return real(section, *a, **k)
+
+    monkeypatch.setattr(typed_table, "build_config", counted)
+    for module in ("verifiers_rl.trainer.losses.settings", "verifiers_rl.trainer.advantage_types.settings"):
+        monkeypatch.setattr(f"{module}.build_config", counted)
+    args = make_config(tmp_path, max_steps=3, loss={"type": "cispo"}, advantage={"type": "max_rl"})
+    vf.RLTrainer(str(tiny_model_dir), make_env(), args).train()
+    assert sorted(built) == ["advantage", "loss"], built
+    args.loss = {"type": "cispo", "epsilon_high": 4.0}
+    assert resolve_loss(args)[1].epsilon_high == 4.0 and sorted(built) == ["advantage", "loss", "loss"]

@@ -59,7 +59,6 @@ class RLTrainer(TrainerHooks, Trainer):
         model, tokenizer = setup.seed_and_load(model, args, processing_class, peft_config)
         self.env = env
         self.eval_envs = setup.eval_env_map(env, eval_envs)
-        self.loss_config = args.loss_config()
         super().__init__(model=model, args=args, train_dataset=_Steps(args.max_steps), processing_class=tokenizer,
                          data_collator=_first, callbacks=callbacks, **kwargs)
         setup.wire_callbacks(self)

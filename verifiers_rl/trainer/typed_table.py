@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import weakref
 from typing import Any, Callable, Iterable
 
 
@@ -81,3 +82,28 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
         raise ValueError(f"{section}.type={name!r} is a {type(spec).__name__}, not a {spec_type.__name__} "
                          f"({section} docs: docs/training.md)")
     return spec
+
+
+# (id(config), slot) -> (a weak reference to the config, its inputs' repr, the result): beside the config, not on
+# it, so the config still pickles (HF's Trainer saves its args with torch.save) whatever the result holds
+_BUILT: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+
+
+def built_once(c: Any, slot: str, inputs: Any, build: Callable[[], Any]) -> Any:
+    """``build()``'s result for ``c``, kept while ``inputs`` (what it reads) stay equal: a run's loss and estimator
+    are built once, however many places ask, and rebuilt if a notebook changes a setting afterwards."""
+    entry = _BUILT.get((id(c), slot))
+    if entry is not None and entry[0]() is c and entry[1] == repr(inputs):
+        return entry[2]
+    result = build()
+    keep(c, slot, inputs, result)
+    return result
+
+
+def keep(c: Any, slot: str, inputs: Any, result: Any) -> None:
+    key = (id(c), slot)
+    try:
+        ref = weakref.ref(c, lambda _ref: _BUILT.pop(key, None))
+    except TypeError:  # an object without weak references (a plain namespace in a test): not kept
+        return
+    _BUILT[key] = (ref, repr(inputs), result)

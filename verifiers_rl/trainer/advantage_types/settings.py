@@ -13,7 +13,7 @@ import torch
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths
-from verifiers_rl.trainer.typed_table import build_config, store_back, table_of
+from verifiers_rl.trainer.typed_table import build_config, built_once, keep, store_back, table_of
 
 # RLConfig's top-level advantage key: grpo's scale_rewards (RLConfig takes it from its config)
 SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(GRPOAdvantageConfig) if f.name == "scale_rewards"}
@@ -28,8 +28,17 @@ def advantage_table(advantage: Any) -> dict[str, Any]:
                      "or an estimator's config object")
 
 
+def _inputs(c: Any) -> tuple:
+    return getattr(c, "advantage", None), [getattr(c, k, d) for k, d in SHARED_KEYS.items()]
+
+
 def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
-    """The chosen estimator and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields)."""
+    """The chosen estimator and its config, built (so checked) from ``c`` (an RLConfig, or anything with its
+    fields): once per run, kept on ``c`` while its advantage settings stay the same."""
+    return built_once(c, "_built_advantage", _inputs(c), lambda: _build(c))
+
+
+def _build(c: Any) -> tuple[AdvantageSpec, Any]:
     table = advantage_table(getattr(c, "advantage", None))
     kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
     return get_advantage(kind), build_config("advantage", kind, table, c, SHARED_KEYS, ADVANTAGES,
@@ -45,6 +54,7 @@ def check_advantage(c: Any) -> None:
         raise ValueError(f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
                          f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
     store_back(c, "advantage", spec.name, config, SHARED_KEYS)
+    keep(c, "_built_advantage", _inputs(c), (spec, config))  # the settings as stored back build the same
 
 
 def advantages_for(rewards: torch.Tensor, group_size: int, args: Any, kept: list[bool] | None = None,

@@ -9,7 +9,7 @@ from typing import Any
 
 from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec, get_loss, loss_types
-from verifiers_rl.trainer.typed_table import build_config, store_back, table_of
+from verifiers_rl.trainer.typed_table import build_config, built_once, keep, store_back, table_of
 
 # RLConfig's top-level loss keys: LossConfig's fields (RLConfig takes them from it)
 SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(LossConfig)}
@@ -25,8 +25,18 @@ def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
                      f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
 
 
+def _inputs(c: Any) -> tuple:
+    return (getattr(c, "training_mode", "rl"), getattr(c, "loss", None),
+            [getattr(c, k, d) for k, d in SHARED_KEYS.items()])
+
+
 def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
-    """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields)."""
+    """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields):
+    once per run, kept on ``c`` while its loss settings stay the same."""
+    return built_once(c, "_built_loss", _inputs(c), lambda: _build(c))
+
+
+def _build(c: Any) -> tuple[LossSpec, Any]:
     mode = getattr(c, "training_mode", "rl")
     table = loss_table(getattr(c, "loss", None), mode)
     kind = table.pop("type", None) or MODE_LOSS.get(mode, "default")  # a name, or an import path
@@ -43,3 +53,4 @@ def check_loss(c: Any) -> None:
     table, so whoever reads ``c.beta`` (the reference model) sees the loss's value."""
     spec, config = resolve_loss(c)
     store_back(c, "loss", spec.name, config, SHARED_KEYS)
+    keep(c, "_built_loss", _inputs(c), (spec, config))  # the settings as stored back build the same
