@@ -3,6 +3,7 @@ import os
 import re
 import typing
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -216,3 +217,13 @@ def test_loss_and_buffer_settings_are_rl_config_fields(source, tmp_path):
     assert cfg.loss_config() == LossConfig(kl_tau=0.01, beta=0.1)
     assert cfg.buffer_config() == BufferConfig(online_difficulty_filtering=True, oversampling_factor=2.0,
                                                easy_threshold=0.9, hard_fraction=0.5)
+
+
+def test_the_weight_transfer_help_names_every_valid_value():
+    from verifiers_rl.plan.transfer import TRANSFERS
+
+    help_text = {f.name: f for f in dataclasses.fields(RLConfig)}["vllm_weight_transfer"].metadata["help"]
+    assert [t for t in TRANSFERS if f"'{t}'" not in help_text] == []
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `vllm_weight_transfer` |"))
+    assert [t for t in TRANSFERS if f"'{t}'" not in row] == []

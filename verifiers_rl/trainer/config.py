@@ -245,8 +245,10 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         default="auto",
         metadata={"help": "How full fine-tuning weights reach vLLM after each step: 'nccl' (vLLM's native weight "
                   "transfer, GPU to GPU; needs vllm in the trainer's Python), 'gloo' (the same protocol over TCP, "
-                  "for CPU servers), 'disk' (safetensors + reload), or 'auto' (nccl when the trainer has CUDA and "
-                  "vllm and the servers can reach it, else disk). LoRA always hot-swaps the adapter."},
+                  "for CPU servers), 'ipc' (CUDA IPC handles, for a server on the trainer's own GPU; vLLM 0.32+), "
+                  "'disk' (safetensors + reload), or 'auto' (ipc when the server shares the trainer's GPU, nccl "
+                  "when the trainer has CUDA and vllm and the servers can reach it, else disk). LoRA always "
+                  "hot-swaps the adapter."},
     )
     vllm_weight_transfer_host: str | None = field(
         default=None, metadata={"help": "The trainer's address as the vLLM servers reach it, for nccl/gloo with "
