@@ -29,10 +29,12 @@ def test_hosted_training_mode_and_teacher_reach_rlconfig(tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (dict(training_mode="opd"), "teacher: training_mode = 'opd' needs a [teacher]"),
+    (dict(training_mode="opd"), ("training_mode='opd' needs a teacher: set teacher.model (a model dir, "
+                                     "loaded in-process) or teacher.url")),
     (dict(training_mode="sft", teacher={"modle": "t"}), "teacher.modle: unknown key (did you mean teacher.model?)"),
     (dict(training_mode="distill", teacher={"model": "t"}), "training_mode: 'distill' is not one of"),
-    (dict(teacher={"model": "t"}), 'teacher: teacher_model is set, but training_mode is "rl"'),
+    (dict(teacher={"model": "t"}), ("teacher.model is set but training_mode='rl'; set training_mode='opd' or "
+                                    "'sft', or remove teacher.model")),
     (dict(sampling={"temperature": -0.5}), "sampling.temperature: temperature=-0.5 must be >= 0"),
 ])
 def test_hosted_mode_mistakes_are_one_line_naming_the_hosted_key(tmp_path, extra, message):

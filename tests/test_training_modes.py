@@ -179,10 +179,13 @@ def _raw(**extra):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (dict(training_mode="opd"), "teacher: training_mode = 'opd' needs a [teacher]"),
-    (dict(teacher={"model": "t"}), 'teacher: teacher_model is set, but training_mode is "rl"'),
+    (dict(training_mode="opd"), ("training_mode='opd' needs a teacher: set teacher.model (a model dir, "
+                                     "loaded in-process) or teacher.url")),
+    (dict(teacher={"model": "t"}), ("teacher.model is set but training_mode='rl'; set training_mode='opd' or "
+                                    "'sft', or remove teacher.model")),
     (dict(training_mode="sft", teacher={"model": "t", "url": "http://x/v1"}), "both set"),
-    (dict(training_mode="opd", teacher={"model": "t", "min_reward": 1.0}), "teacher.min_reward: applies to"),
+    (dict(training_mode="opd", teacher={"model": "t", "min_reward": 1.0}),
+     "teacher.min_reward applies to training_mode='sft', not 'opd'"),
     (dict(training_mode="opd", teacher={"model": "t"}, trainer={"args": {"teacher_model": "u"}}),
      "trainer.args.teacher_model: also set as [teacher] model"),
     (dict(training_mode="ppo"), "training_mode: 'ppo' is not one of 'rl', 'opd', 'sft'"),
@@ -317,6 +320,7 @@ def test_sft_in_a_notebook_trains_on_teacher_rollouts_and_the_nll_drops(sft_run)
     assert not history(sft_run, "teacher_kl/mean")
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_rl_sft_from_a_teacher_behind_an_openai_compatible_url(tiny_model_dir, teacher_dir, tmp_path):
     """vf-rl with `[teacher] url`: the teacher served by the local engine's HTTP endpoint (what any
     OpenAI-compatible server looks like) generates every rollout; its name comes from the server's /v1/models."""

@@ -119,25 +119,19 @@ def mode_settings(cfg: RunConfig) -> dict[str, Any]:
 
 
 def _check_mode(cfg: RunConfig) -> None:
-    """training_mode and its teacher, named as the config spells them (RLConfig checks the fields again)."""
+    """training_mode and its teacher: RLConfig's own rule (trainer/modes.py), its keys named as the config spells
+    them ([teacher] model → teacher.model)."""
+    from types import SimpleNamespace
+
+    from verifiers_rl.trainer.modes import mode_problem
+
     m = mode_settings(cfg)
-    mode = m.get("training_mode", "rl")
-    teacher = [k for k in ("teacher_model", "teacher_url", "teacher_model_name", "teacher_api_key_var",
-                           "sft_min_reward") if k in m]
-    if mode == "rl":
-        if teacher:
-            raise ConfigError(f'teacher: {teacher[0]} is set, but training_mode is "rl"; set training_mode = "opd" '
-                              'or "sft", or remove the teacher')
-        return
-    if "teacher_model" not in m and "teacher_url" not in m:
-        raise ConfigError(f"teacher: training_mode = {mode!r} needs a [teacher] with `model` (a model dir, loaded "
-                          "in-process) or `url` (a server)")
-    if "teacher_model" in m and "teacher_url" in m:
-        raise ConfigError("teacher: `model` and `url` are both set; keep one")
-    if "teacher_model_name" in m and "teacher_url" not in m:
-        raise ConfigError("teacher.name: names the model at teacher.url, which is not set; remove it or set url")
-    if "sft_min_reward" in m and mode != "sft":
-        raise ConfigError(f'teacher.min_reward: applies to training_mode = "sft", not {mode!r}; remove it')
+    spelled = {arg: f"teacher.{key}" for key, arg in TEACHER_ARGS.items()}
+    c = SimpleNamespace(training_mode=m.get("training_mode", "rl"), beta=0, online_difficulty_filtering=False,
+                        **{arg: m.get(arg) for arg in TEACHER_ARGS.values()})
+    problem = mode_problem(c, lambda f: spelled.get(f, f))
+    if problem:
+        raise ConfigError(problem)
 
 
 def teacher_problem(cfg: RunConfig) -> str | None:
