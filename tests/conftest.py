@@ -6,6 +6,14 @@ import copy
 import os
 
 import pytest
+import skip_check
+# The unit / integration tiers: hooks and the autouse fixture, imported so pytest finds them here.
+from tiers import (  # noqa: F401
+    install_spawn_watch,
+    pytest_collection_modifyitems,
+    pytest_runtest_setup,
+    unit_tests_spawn_nothing,
+)
 
 # Tests run offline: environments use their generated or shipped data, nothing is fetched from a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -40,3 +48,11 @@ ADD_TOOLS = [
 def add_tools():
     """`tools=` for a request or chat template: the `add(a, b)` function (a fresh copy per test)."""
     return copy.deepcopy(ADD_TOOLS)
+
+
+# The unit tier's "no process" is checked on every unit test (tests/tiers.py).
+install_spawn_watch()
+
+
+def pytest_configure(config):
+    skip_check.configure(config)  # CI only: VF_RL_CHECK_SKIPS (tests/skip_check.py)

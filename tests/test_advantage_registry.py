@@ -169,6 +169,7 @@ def test_only_the_advantage_modules_call_compute_advantages():
 # --- a real run with RLOO ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_a_real_rltrainer_run_trains_with_rloo_advantages(tiny_model_dir, tmp_path, monkeypatch):
     from test_trainer import GROUP, lora_weights, make_config, make_env, read_metrics
 
@@ -250,6 +251,7 @@ def test_the_length_penalty_shapes_rewards_before_the_group_baseline():
         "num_output_tokens_weight": 0.25, "num_input_tokens_weight": 0.1, "num_turns_weight": 0.0}}
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 @pytest.mark.parametrize("advantage", [{"type": "max_rl"}, {"type": "grpo", "length_penalty": {}}],
                          ids=["max_rl", "length_penalty"])
 def test_a_real_rltrainer_run_trains_with_prime_rls_estimators(advantage, tiny_model_dir, tmp_path, monkeypatch):

@@ -85,6 +85,7 @@ def _logits(model, ids):
         return model(input_ids=ids).logits
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_lora_run_keeps_interval_writes_merged_weights_and_resumes_from_a_step(tiny_model_dir, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

@@ -260,6 +260,7 @@ def test_output_dir_option_and_run_name(tmp_path):
     assert run.output_dir == str(tmp_path / "my-run") and run.run_name == "my-run"
 
 
+@pytest.mark.integration  # spawns a process
 def test_cli_error_is_one_line_exit_2_no_traceback(tmp_path, capsys):
     bad = write(tmp_path, "bad.toml", 'model = "m"\n[env]\nid = "reverse-text"\n[trainer.args]\nmax_stepz = 3\n')
     with pytest.raises(SystemExit) as e:
@@ -300,6 +301,7 @@ def test_no_gpu_runs_on_cpu_with_the_local_engine():
     assert p.start_server and p.lines[0].startswith("no GPU found: training on the CPU; inference: a vLLM server on")
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_gpu_config_on_a_machine_without_gpus_stops_before_anything_loads(tmp_path):
     """A config that states GPUs (the defaults state none) on a CPU machine: one block and exit 2, unless
     --allow-cpu; the GPU count is given to the planner, then checked through the real CLI."""

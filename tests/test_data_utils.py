@@ -65,6 +65,7 @@ def test_parse_number():
     assert parse_number("€5") == 5 and parse_number("€5", symbols=("$",)) is None
 
 
+@pytest.mark.integration  # spawns a process
 def test_module_is_import_light():
     code = ("import sys, verifiers_rl.utils.data_utils; "
             "print(sorted(m for m in ('torch', 'datasets', 'transformers') if m in sys.modules))")

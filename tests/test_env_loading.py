@@ -46,6 +46,7 @@ def _first_question(ids: list[str]) -> str:
         + "print(json.dumps(out))")
 
 
+@pytest.mark.integration  # spawns a process
 def test_installed_module_wins_over_folder_and_vf_eval_says_which_file(shadowing, tiny_model_dir):
     site, ws, env = shadowing
     out = ws / "rows.jsonl"
@@ -61,6 +62,7 @@ def test_installed_module_wins_over_folder_and_vf_eval_says_which_file(shadowing
     assert "use id './environments/reverse_text'" in note[0] and "use id 'verifiers-rl/reverse-text'" in note[0]
 
 
+@pytest.mark.integration  # spawns a process
 def test_each_source_has_an_id_that_loads_it(shadowing):
     """The folder by its path, the shipped example by `verifiers-rl/<name>` even with a community module of the
     same name installed; the two load side by side (the example has a module name of its own)."""
@@ -75,6 +77,7 @@ def test_each_source_has_an_id_that_loads_it(shadowing):
         "./environments/reverse_text": "folder"}, r.stderr[-2000:]
 
 
+@pytest.mark.integration  # spawns a process
 def test_folder_wins_over_the_shipped_example_when_nothing_is_installed(shadowing):
     _, ws, env = shadowing
     env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
@@ -107,6 +110,7 @@ def test_bad_ids_are_one_line():
         vf.load_environment("./no/such/nope")
 
 
+@pytest.mark.integration  # spawns a process
 def test_env_path_reaches_the_processes_the_environment_starts(tmp_path, monkeypatch):
     """`[env] path` / `--env-path`: the folder is importable here and in child processes (a task-scoped tool server,
     a harness program), given relative to the working directory."""

@@ -329,6 +329,7 @@ def test_math_python_tool_schema_and_data():
     assert all(re.fullmatch(r"\d+", r["answer"]) for r in env.dataset)
 
 
+@pytest.mark.integration  # spawns a process
 def test_sandbox_runs_code_and_reports_errors():
     assert math_python.run_python("print(sum(range(10)))") == "45"
     err = math_python.run_python("print('before')\n1/0")
@@ -338,6 +339,7 @@ def test_sandbox_runs_code_and_reports_errors():
     assert len(long) < 1200 and "truncated" in long
 
 
+@pytest.mark.integration  # spawns a process
 def test_sandbox_timeout_kills_infinite_loop():
     # returning at all means the endless loop was killed; the message says it was the limit (5 s: the jail and
     # Python must start within it on loaded cores)
@@ -352,6 +354,7 @@ def _read(path: Path) -> bytes:
         return b""
 
 
+@pytest.mark.integration  # spawns a process
 def test_sandbox_timeout_kills_child_processes():
     # the snippet's child is named by a marker: a PID printed inside the jail is its own namespace's, not the host's
     marker = f"vf-child-{uuid.uuid4().hex}"
@@ -369,6 +372,7 @@ def test_sandbox_timeout_kills_child_processes():
     assert poll_until(lambda: not still(), 10, 0.05), "the snippet's child process is still running"
 
 
+@pytest.mark.integration  # spawns a process
 def test_sandbox_memory_cap():
     out = math_python.run_python("x = bytearray(2 * 1024**3)\nprint('allocated')", memory_mb=256)
     assert "MemoryError" in out and "allocated" not in out
@@ -376,6 +380,7 @@ def test_sandbox_memory_cap():
     assert "MemoryError" in out
 
 
+@pytest.mark.integration  # spawns a process
 def test_sandbox_is_isolated_from_caller_cwd_and_env(tmp_path, monkeypatch):
     (tmp_path / "secret.txt").write_text("TOP-SECRET-VALUE")
     monkeypatch.chdir(tmp_path)
@@ -397,6 +402,7 @@ def test_math_python_answer_matching():
     assert not math_python.answers_match(None, "3")
 
 
+@pytest.mark.integration  # spawns a process
 def test_math_python_generate_end_to_end():
     env = load("math-python", num_train_examples=5, num_eval_examples=5, timeout=5)
 

@@ -144,6 +144,7 @@ print(f"stderr of rank {rank}", file=sys.stderr, flush=True)
 """
 
 
+@pytest.mark.integration  # spawns a process
 def test_torchrun_puts_ranks_1_on_in_files_of_their_own(tmp_path):
     from verifiers_rl.launching.planning import rank_log_args, rank_stderr_logs
     from verifiers_rl.plan.launch import torchrun_command
@@ -203,6 +204,7 @@ ENV_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration  # spawns a process
 def test_environment_output_goes_to_env_log(tmp_path):
     logs = tmp_path / "logs"
     script = tmp_path / "env_script.py"

@@ -35,6 +35,7 @@ def test_sft_loss_mask_covers_only_completion_or_assistant_turns(tiny_model_dir)
     assert _masked_text(tok, {"messages": messages}) == "yo<|im_end|>\nab<|im_end|>\n"
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_sft_output_starts_an_rl_run(tiny_model_dir, tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text("\n".join(json.dumps({"prompt": [{"role": "user", "content": w}],
@@ -63,6 +64,7 @@ def test_vf_sft_output_starts_an_rl_run(tiny_model_dir, tmp_path):
     assert (tmp_path / "rl" / "checkpoint-1" / "adapter_model.safetensors").exists()
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_sft_bad_key_is_one_line(tmp_path):
     cfg = tmp_path / "sft.toml"
     cfg.write_text('model = "m"\n[data]\npath = "x.jsonl"\n[trainer]\nmax_stepz = 2\n')
@@ -124,6 +126,7 @@ def test_buffer_filters_constant_groups_and_refills():
     assert buf.state.cursor == 6  # 6 drawn (4 × 1.5), 2 dropped, 4 kept
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_buffer_pools_survive_resume(tmp_path, tiny_model_dir):
     # Rewards that are constant within a group for some prompts: the buffer drops those groups and moves
     # easy examples (group mean >= 0.99) out of rotation; its state must come back after resume.
@@ -155,6 +158,7 @@ def test_buffer_pools_survive_resume(tmp_path, tiny_model_dir):
     assert final["buffer"]["cursor"] >= state["buffer"]["cursor"]
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_token_export_fields_line_up_per_token(tmp_path, tiny_model_dir):
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(),
                            make_config(tmp_path / "out", max_steps=1, enable_token_export=True))
@@ -175,6 +179,7 @@ def test_token_export_fields_line_up_per_token(tmp_path, tiny_model_dir):
         assert isinstance(rec["advantage"], float) and isinstance(rec["reward"], float)
 
 
+@pytest.mark.integration  # spawns a process
 def test_plot_writes_a_png(tmp_path, tiny_model_dir):
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(),
                            make_config(tmp_path / "out", max_steps=2, eval_steps=1))
@@ -268,6 +273,7 @@ env_ratios = [3.0, 1.0]
 '''
 
 
+@pytest.mark.integration  # spawns a process
 def test_full_hosted_example_runs_locally(tmp_path, tiny_model_dir):
     """The hosted docs' full example (several [[env]], [buffer], [val], [eval], [wandb], env_file), pointed at
     local envs and the tiny model, resolves and runs; W&B runs offline without a key."""

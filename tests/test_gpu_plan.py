@@ -252,6 +252,7 @@ def test_a_scripts_server_goes_beside_the_trainer_never_on_its_gpu_at_vllms_defa
     assert cpu.server_gpus == [] and not cpu.colocated
 
 
+@pytest.mark.integration  # spawns a process
 def test_dry_run_prints_the_gpu_plan(tmp_path):
     env = {"CUDA_VISIBLE_DEVICES": "4,5", "PATH": "/usr/bin:/bin"}
     import os
@@ -270,6 +271,7 @@ def test_dry_run_prints_the_gpu_plan(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--dry-run" in bad.stderr
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_vllm_outside_the_supported_range_is_one_line_at_launch(tmp_path):
     from verifiers_rl.inference.vllm_server import VLLMServer, VLLMServerConfig
     from verifiers_rl.plan.hardware import check_vllm_version, vllm_version

@@ -165,6 +165,7 @@ def test_a_judge_the_environment_points_at_the_policy_runs_and_is_named_so(clean
                              "model judges itself")
 
 
+@pytest.mark.integration  # spawns a process
 def test_openai_base_url_at_the_policy_is_refused_at_start_and_at_call(clean_settings, monkeypatch, judge_server):
     url, handler = judge_server
     monkeypatch.setenv("OPENAI_BASE_URL", url)
@@ -246,6 +247,7 @@ def test_rltrainer_refuses_openai_base_url_at_its_vllm_server_before_contacting_
     assert handler.calls == [] and handler.gets == []  # refused before the server was asked anything
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_eval_judges_at_openai_base_url_and_vf_rl_refuses_the_policys_server(tiny_model_dir, tmp_path,
                                                                                  judge_server):
     url, handler = judge_server

@@ -514,6 +514,7 @@ def test_sampler_samples_the_filtered_distribution_and_reports_its_logprobs():
     assert torch.allclose(freq, want_lp.exp(), atol=0.02), (freq, want_lp.exp())
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_sample_at_a_real_vocabulary_size_keeps_the_mass_of_rare_tokens():
     """Qwen's vocabulary: one token holds half the mass, 151,934 share the other half, the last is filtered."""
     from verifiers_rl.inference.local_sampling import sample

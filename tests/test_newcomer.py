@@ -139,6 +139,7 @@ def test_a_step_with_tokens_resets_the_count():
     assert len(warned) == 2 and watch.in_a_row == 1
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_rl_ends_a_run_that_trains_nothing_in_one_line(tmp_path):
     import subprocess
     import sys
@@ -250,6 +251,7 @@ def _one_error_line(r: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_eval_hub_model_unreachable_hub(tmp_path):
     r, seconds = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "offline"}', "-m",
                       "nobody/no-model", "-n", "1")
@@ -261,6 +263,7 @@ def test_vf_eval_hub_model_unreachable_hub(tmp_path):
     assert seconds < 240  # no retry storm (the libraries' retries took minutes); imports alone take ~10-20 s here
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_eval_hub_dataset_unreachable_hub_names_dataset_source(tmp_path, tiny_model_dir):
     r, _ = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "hub"}', "-m", str(tiny_model_dir))
     line = _one_error_line(r)
@@ -268,11 +271,13 @@ def test_vf_eval_hub_dataset_unreachable_hub_names_dataset_source(tmp_path, tiny
                            "hub http://127.0.0.1:") and "dataset_source=offline" in line
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_eval_debug_shows_the_traceback(tmp_path):
     r, _ = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "hub"}', "-m", "m", "--debug")
     assert r.returncode == 1 and "Traceback" in r.stderr and r.stderr.rstrip().splitlines()[-1].startswith("error:")
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_eval_unreachable_and_silent_servers(tmp_path, silent_server):
     args = ["vf-eval", "reverse-text", "-a", '{"dataset_source": "offline"}', "-m", "m", "-n", "1", "-b"]
     r, _ = _cli(tmp_path, *args, f"http://127.0.0.1:{_closed_port()}/v1", hub_down=False)
@@ -286,6 +291,7 @@ def test_vf_eval_unreachable_and_silent_servers(tmp_path, silent_server):
     assert silent_server.connections() == 1  # one probe with a deadline, no retries
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_sft_hub_dataset_unreachable_hub(tmp_path, tiny_model_dir):
     (tmp_path / "sft.toml").write_text(f'model = "{tiny_model_dir}"\n[data]\npath = "nobody/no-data"\n'
                                        f'[trainer]\noutput_dir = "{tmp_path / "out"}"\nmax_steps = 1\n')
@@ -295,6 +301,7 @@ def test_vf_sft_hub_dataset_unreachable_hub(tmp_path, tiny_model_dir):
     assert "local .jsonl" in line
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_rl_hub_model_and_silent_server(tmp_path, silent_server):
     common = ["vf-rl", "@", str(QUICKSTART), "--no-tiny-model", "--no-warmup", "--no-eval", "--output-dir",
               str(tmp_path / "rl"), "--trainer.args.max-steps", "2"]
@@ -313,6 +320,7 @@ def test_vf_rl_hub_model_and_silent_server(tmp_path, silent_server):
                            "did not answer within 10 s")
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_model_path_that_does_not_exist_is_one_line(tmp_path):
     """A path, not a hub id: named as a missing directory (transformers would call it an invalid repo id)."""
     from verifiers_rl.errors import ModelNotFoundError
@@ -332,6 +340,7 @@ def test_a_model_path_that_does_not_exist_is_one_line(tmp_path):
     assert _one_error_line(r) == expected
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_rl_environment_code_raising_in_load_environment_is_one_line(tmp_path, tiny_model_dir):
     (tmp_path / "environments" / "breaks").mkdir(parents=True)
     (tmp_path / "environments" / "breaks" / "breaks.py").write_text(
@@ -349,6 +358,7 @@ _NOISE = ("Warning", "warnings.warn", "Traceback", "Loading weights", "Writing m
           "{'train_runtime'")
 
 
+@pytest.mark.integration  # spawns a process
 def test_the_quickstart_console_is_ours(tmp_path):
     """A short quickstart (warm-up, eval before / after, RL): no third-party warning, library bar or raw log dict."""
     r, _ = _cli(tmp_path, "vf-rl", "@", str(QUICKSTART), "--tiny_model.path", str(tmp_path / "tiny"),

@@ -78,6 +78,7 @@ def test_segments_cover_every_real_token_once_with_the_keys_it_sees():
             assert seen[int(packed.source[row, t])] == set(packed.source[row, : t + 1].tolist()), (row, t)
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 @pytest.mark.parametrize("attn_impl", ["sdpa", "sdpa-checkpointing", "eager"])
 def test_packed_forward_matches_padded_rows_and_their_gradients(tiny_model_dir, attn_impl, monkeypatch):
     """sdpa attends by segments (segment_attention); with activation checkpointing, and on eager, through the

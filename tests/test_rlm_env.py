@@ -71,6 +71,7 @@ def _env(**kwargs):
     return env, calls
 
 
+@pytest.mark.integration  # spawns a process
 def test_bash_rollout_tools_sub_llm_answer_and_no_leftover_process():
     env, calls = _env()
     steps = [
@@ -102,6 +103,7 @@ def test_bash_rollout_tools_sub_llm_answer_and_no_leftover_process():
     assert env._sessions == {}
 
 
+@pytest.mark.integration  # spawns a process
 def test_shell_and_background_jobs_are_killed_when_the_rollout_ends():
     # The REPL runs in a jail (its own PID namespace): the background job is found on the host by a marker in its
     # command line, not by the PID the jail's shell would print.
@@ -125,6 +127,7 @@ def test_shell_and_background_jobs_are_killed_when_the_rollout_ends():
     subprocess.run(["rm", "-rf", state["rlm_rollout_dir"]], check=True)
 
 
+@pytest.mark.integration  # spawns a process
 def test_the_repl_cannot_write_outside_its_folder_nor_see_this_process_env(tmp_path, monkeypatch):
     monkeypatch.setenv("RLM_TEST_SECRET", "s3cret")
     env, _ = _env()
@@ -137,6 +140,7 @@ def test_the_repl_cannot_write_outside_its_folder_nor_see_this_process_env(tmp_p
     assert not outside.exists()
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_crashing_rollout_and_teardown_leave_no_process():
     env, _ = _env()
     pids = []
@@ -160,6 +164,7 @@ def test_a_crashing_rollout_and_teardown_leave_no_process():
     assert _gone(pid) and not os.path.exists(st["rlm_rollout_dir"])
 
 
+@pytest.mark.integration  # spawns a process
 def test_garbage_commands_and_timeouts_go_back_to_the_model():
     env, _ = _env(code_execution_timeout=2)
     steps = [_bash("echo 'unterminated"), _bash("no_such_command_xyz"), _bash("sleep 30"), _bash("exit 3"),
@@ -173,6 +178,7 @@ def test_garbage_commands_and_timeouts_go_back_to_the_model():
     assert "Bash session exited with code 3" in out[3] and out[4] == "still here\n"
 
 
+@pytest.mark.integration  # spawns a process
 def test_python_repl_answer_protocol_and_root_tools():
     env, calls = _env(repl_language="python")
     steps = [completion(None, tool_calls=[("call_python_repl", {"code": "print(open('context.txt').read())\n1+1"})]),
@@ -186,6 +192,7 @@ def test_python_repl_answer_protocol_and_root_tools():
     assert state["final_answer"] == "42" and state["reward"] == 1.0
 
 
+@pytest.mark.integration  # spawns a process
 def test_sub_llm_tool_loop_with_sub_tools():
     seen = []
 
@@ -226,6 +233,7 @@ def test_construction_errors_are_one_line():
         RLMEnv(dataset=ds, root_tools=[llm_batch])
 
 
+@pytest.mark.integration  # spawns a process
 def test_import_through_verifiers_alias():
     code = ("import verifiers_rl.verifiers_runtime as r; r.install_alias(); "
             "from verifiers.envs.experimental.rlm_env import RLMEnv; print(RLMEnv.__module__)")

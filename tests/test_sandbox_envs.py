@@ -49,6 +49,7 @@ def _tool_outputs(state) -> list[str]:
     return [m["content"] for m in state["completion"] if m["role"] == "tool"]
 
 
+@pytest.mark.integration  # spawns a process
 @needs_jail
 def test_sandbox_env_bash_keeps_files_between_calls_and_is_deleted_after(capsys):
     env = vf.SandboxEnv(dataset=_dataset(), max_turns=6, timeout_per_command_seconds=5,
@@ -75,6 +76,7 @@ def test_sandbox_env_bash_keeps_files_between_calls_and_is_deleted_after(capsys)
     assert env.active_sandboxes == set() and env.sandbox_client.sandboxes == {}  # deleted at rollout end
 
 
+@pytest.mark.integration  # spawns a process
 @needs_jail
 def test_python_env_keeps_variables_and_formats_like_verifiers():
     env = vf.PythonEnv(dataset=_dataset(), max_turns=8, timeout_per_command_seconds=6, runtime="bwrap",
@@ -129,6 +131,7 @@ class _AppEnv(vf.SandboxEnv):
         return state
 
 
+@pytest.mark.integration  # spawns a process
 @needs_jail
 def test_sandbox_env_writes_outside_workspace_persist_like_a_containers_root(tmp_path):
     script = tmp_path / "main.py"
@@ -165,6 +168,7 @@ def test_sandbox_env_writes_outside_workspace_persist_like_a_containers_root(tmp
     assert listing == script.read_text()
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_docker_image_without_a_container_engine_is_one_line(capsys):
     from verifiers_rl.sandbox.runtimes import SandboxUnavailable, choose_for_image, probe_container
 
@@ -174,6 +178,7 @@ def test_a_docker_image_without_a_container_engine_is_one_line(capsys):
         choose_for_image("python:3.11-slim", "docker")
 
 
+@pytest.mark.integration  # spawns a process
 def test_mcp_env_calls_a_local_stdio_servers_tools():
     from verifiers_rl.envs.experimental.mcp_env import MCPEnv
 
@@ -193,6 +198,7 @@ def test_mcp_env_calls_a_local_stdio_servers_tools():
     assert not _running(marker)
 
 
+@pytest.mark.integration  # spawns a process
 def test_mcp_env_server_that_does_not_start_is_one_line():
     from verifiers_rl.envs.experimental.mcp_env import MCPEnv, MCPServerError
 
@@ -213,6 +219,7 @@ def test_service_envs_fail_in_one_line_naming_the_service():
     assert ChatMessages is vf.types.ChatMessages
 
 
+@pytest.mark.integration  # spawns a process
 def test_where_namespaces_are_refused_the_fallback_says_so_in_one_line(monkeypatch, capsys, tmp_path):
     # A kernel that refuses unprivileged namespaces cannot be had on this machine: the probe's answer is stood in
     from verifiers_rl.sandbox import runtimes, run
@@ -230,6 +237,7 @@ def test_where_namespaces_are_refused_the_fallback_says_so_in_one_line(monkeypat
     assert r.runtime == "process" and r.timed_out and r.stdout.split() == ["work", str(tmp_path)]
 
 
+@pytest.mark.integration  # spawns a process
 @needs_jail
 def test_math_python_trains_two_steps_with_the_jailed_tool(tiny_model_dir, tmp_path):
     # The random tiny model does not write tool calls, so the steps train on plain replies; the tool the

@@ -93,6 +93,7 @@ def _vf_sft(tmp_path, config: str):
                           text=True, timeout=600, cwd=tmp_path)
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_sft_validates_at_its_interval_with_packed_rows(tiny_model_dir, tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": w},

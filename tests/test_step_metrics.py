@@ -74,6 +74,7 @@ def test_rollout_metrics_per_env_with_empty_and_errored_rates():
     assert "reward/a/mean" not in one_env and one_env["empty_rollouts/all/mean"] == 0.5
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_a_trainer_step_logs_perf_and_save_time(tiny_model_dir, tmp_path):
     import verifiers_rl as vf
 
@@ -91,6 +92,7 @@ def test_a_trainer_step_logs_perf_and_save_time(tiny_model_dir, tmp_path):
     assert "time/save_ckpt" in steps[1] and "time/save_ckpt" not in steps[0]
 
 
+@pytest.mark.integration  # spawns a process
 def test_wandb_gets_sample_tables_and_distributions_offline(tiny_model_dir, tmp_path, monkeypatch):
     pytest.importorskip("wandb")  # not a dependency: tested where it is installed
     import verifiers_rl as vf

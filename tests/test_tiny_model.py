@@ -151,6 +151,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.integration  # spawns a process
 def test_cli_refuses_non_empty_dir(tmp_path):
     (tmp_path / "keep.txt").write_text("precious")
     r = _cli(tmp_path)
@@ -182,12 +183,14 @@ def test_cli_builds_model(tmp_path, capsys):
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
 
 
+@pytest.mark.integration  # spawns a process
 def test_cli_rejects_bad_shape(tmp_path):
     r = _cli(tmp_path / "m", "--hidden", "100", "--heads", "3")
     assert r.returncode == 2 and "divisible" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.integration  # spawns a process
 def test_cli_help_is_fast():
     r = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "verifiers_rl.cli.tiny_model", "--help"],

@@ -132,6 +132,7 @@ def lora_run(tiny_model_dir, tmp_path_factory):
                            trained=trained, steps=steps, model_dir=tiny_model_dir)
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_lora_updates_only_adapter_weights(lora_run):
     before, after = lora_run.before, lora_run.after
     assert lora_run.trainer.state.global_step == 2
@@ -211,6 +212,7 @@ def test_lora_checkpoint_contents_and_peft_load(lora_run):
     assert_close(got, expected, atol=0)
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_starting_from_adapter_dir_continues_that_adapter(lora_run, tmp_path):
     from peft import get_peft_model_state_dict
     from safetensors.torch import load_file
@@ -232,6 +234,7 @@ def test_starting_from_adapter_dir_continues_that_adapter(lora_run, tmp_path):
 
 
 # --- resume ---------------------------------------------------------------------------------------------------------
+@pytest.mark.integration  # trains for many seconds in-process
 def test_resume_matches_straight_run(tiny_model_dir, tmp_path):
     # A decaying LR with warmup (scheduler restore matters) and LoRA dropout (RNG restore matters).
     cfg = dict(max_steps=4, save_steps=2, lr_scheduler_type="linear", warmup_steps=1, lora_dropout=0.1)
@@ -258,6 +261,7 @@ def test_resume_matches_straight_run(tiny_model_dir, tmp_path):
         assert a[step] == pytest.approx(b[step], abs=1e-9), f"step {step}: straight {a[step]} vs resumed {b[step]}"
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_failing_reward_function_does_not_stop_training(tiny_model_dir, tmp_path):
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(extra_funcs=[odd_length_only]), make_config(tmp_path))
     trainer.train()
@@ -268,6 +272,7 @@ def test_failing_reward_function_does_not_stop_training(tiny_model_dir, tmp_path
     assert all(r["errors/rollouts"] == 0 for r in train)
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_full_finetune_checkpoint_loads_with_automodel(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -301,6 +306,7 @@ def _assert_resumes_from_checkpoint_1(model_dir, out) -> None:
     assert not (out / rl_trainer_module.STAGING_DIR).exists()
 
 
+@pytest.mark.integration  # trains for many seconds in-process
 def test_crashed_save_leaves_previous_checkpoint(tiny_model_dir, tmp_path):
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, save_steps=1))
     original = trainer._save_optimizer_and_scheduler
@@ -340,6 +346,7 @@ SlowSave({model_dir!r}, T.make_env(), T.make_config(out, save_steps=1)).train()
 """
 
 
+@pytest.mark.integration  # spawns a process
 def test_sigkilled_save_leaves_previous_checkpoint(tiny_model_dir, tmp_path):
     out, marker = tmp_path / "run", tmp_path / "in-save"
     script = tmp_path / "killed_run.py"

@@ -247,6 +247,7 @@ def _renderers_python() -> str | None:
     return None
 
 
+@pytest.mark.integration  # spawns a process
 def test_renderers_client_generates_through_the_route(srv, hf_model, tiny_model_dir, tmp_path):
     py = _renderers_python()
     if py is None:

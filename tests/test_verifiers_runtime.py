@@ -22,6 +22,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
                           env={**os.environ, **env}, timeout=300)
 
 
+@pytest.mark.integration  # spawns a process
 def test_import_verifiers_answers_with_this_package_one_module_per_path():
     r = _run("""
         import verifiers_rl
@@ -84,6 +85,7 @@ def test_explicit_settings(tmp_path, monkeypatch):
         vr.resolve_runtime("real")
 
 
+@pytest.mark.integration  # spawns a process
 def test_loading_an_environment_says_which_runtime(tmp_path):
     r = _run(f"""
         import sys
@@ -97,6 +99,7 @@ def test_loading_an_environment_says_which_runtime(tmp_path):
     assert r.stderr.count("verifiers runtime:") == 1
 
 
+@pytest.mark.integration  # spawns a process
 def test_vf_install_leaves_verifiers_out(tmp_path):
     """The supported command for an environment whose requirements say `verifiers>=0.1.8` with no upper bound."""
     target = tmp_path / "site"
@@ -124,6 +127,7 @@ def _run_script(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess
                           env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, timeout=600)
 
 
+@pytest.mark.integration  # spawns a process
 def test_classic_env_trains_two_steps_in_a_notebook(tiny_model_dir, tmp_path):
     """The fixture says `import verifiers as vf` and is loaded unedited; a notebook-style script trains on it."""
     r = _run_script(f"""
@@ -143,6 +147,7 @@ def test_classic_env_trains_two_steps_in_a_notebook(tiny_model_dir, tmp_path):
     assert "steps 2" in r.stdout, r.stdout
 
 
+@pytest.mark.integration  # spawns a process
 def test_classic_env_trains_two_steps_with_vf_rl(tiny_model_dir, tmp_path):
     cfg = tmp_path / "classic.toml"
     cfg.write_text(textwrap.dedent(f"""

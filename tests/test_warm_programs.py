@@ -40,6 +40,7 @@ def server(tmp_path):
     warm.stop_servers()
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_warm_run_is_the_script_run_as_a_program(server, tmp_path):
     sock, script = server
     work = tmp_path / "work"
@@ -56,6 +57,7 @@ def test_a_warm_run_is_the_script_run_as_a_program(server, tmp_path):
     assert code == 0
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_cancelled_run_takes_its_program_with_it(server, tmp_path):
     sock, _ = server
 
@@ -126,6 +128,7 @@ print(json.dumps({"built_at_start": built_at_start, "memo_at_start": memo_at_sta
 '''
 
 
+@pytest.mark.integration  # spawns a process
 def test_what_a_run_does_at_first_use_the_next_run_finds_done(tmp_path):
     """A pydantic model built lazily is built by the server before the next fork; a CA bundle a run loaded through
     `ssl.create_default_context(cafile=...)` is loaded by the server, and the next run gets that (unused) context:

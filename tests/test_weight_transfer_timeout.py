@@ -179,6 +179,7 @@ def ours() -> str:
     return torch.__version__.split("+")[0]
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_server_python_with_another_torch_is_named_with_the_fix(tmp_path):
     major, minor = ours().split(".")[:2]
     other = f"{major}.{int(minor) + 1}.0"
@@ -189,16 +190,19 @@ def test_a_server_python_with_another_torch_is_named_with_the_fix(tmp_path):
     assert str(tmp_path / "python") in got
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_server_python_with_the_same_torch_is_fine(tmp_path):
     same = ours().rsplit(".", 1)[0] + ".99"  # the same major.minor, another patch release
     assert check_nccl_compat(fake_python(tmp_path, f"echo '{{\"torch\": \"{same}\", \"nccl\": \"2.99.1\"}}'")) is None
 
 
+@pytest.mark.integration  # spawns a process
 @pytest.mark.parametrize("body", ["exit 1", "echo not json", "sleep 30"])
 def test_a_server_python_that_does_not_answer_is_not_told_apart(tmp_path, body):
     assert check_nccl_compat(fake_python(tmp_path, body), timeout=1.0) is None
 
 
+@pytest.mark.integration  # spawns a process
 def test_a_missing_server_python_is_not_told_apart(tmp_path):
     assert check_nccl_compat(str(tmp_path / "no-such-python")) is None
 

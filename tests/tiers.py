@@ -1,0 +1,104 @@
+"""The two test tiers: `unit` (in-process, quick: `uv run pytest -m unit`) and `integration` (the rest).
+
+A test is `integration` when its module is listed below, when it carries `@pytest.mark.integration` (a mixed
+module marks its process-spawning tests one by one), or when it is marked `vllm`, `slow` or `network`; every other
+test is `unit`. A new test therefore lands in `unit`, and if it spawns a process (subprocess, fork, multiprocessing,
+torchrun) it fails there, naming what it ran: the tier's promise (no process, no server) is checked, not hoped.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.util
+import os
+import platform
+import subprocess
+
+import pytest
+
+# Whole modules whose every test spawns processes (servers, torchrun, CLIs, venvs); a mixed module marks its tests.
+INTEGRATION_MODULES = frozenset(
+    {
+        "test_benchmark_scripts.py",
+        "test_cli_runs.py",
+        "test_coexistence.py",
+        "test_config_side_effects.py",
+        "test_multiprocess.py",
+        "test_multiprocess_vllm.py",
+        "test_packaging.py",
+        "test_peer_suite.py",
+        "test_process_group_exit.py",
+        "test_real_verifiers.py",
+        "test_sandbox_escapes.py",
+        "test_sft_processes.py",
+        "test_sharding_devices.py",
+        "test_v1_envs.py",
+        "test_verifiers_own_envs.py",
+        "test_vf_eval.py",
+        "test_vllm.py",
+        "test_vllm_extra.py",
+        "test_vllm_sampling.py",
+    }
+)
+# Marks that already say "not quick, not in-process".
+INTEGRATION_MARKS = ("integration", "vllm", "slow", "network")
+
+# The commands the unit test running now has spawned; None while an integration test (or nothing) runs.
+_spawned: list[str] | None = None
+
+
+def is_integration(item: pytest.Item) -> bool:
+    return item.path.name in INTEGRATION_MODULES or any(item.get_closest_marker(m) for m in INTEGRATION_MARKS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.integration if is_integration(item) else pytest.mark.unit)
+
+
+def _note(what: object) -> None:
+    if _spawned is not None:
+        _spawned.append(str(what)[:200])
+
+
+def _watch(owner: object, name: str, describe) -> None:
+    original = getattr(owner, name)
+
+    def watched(*args, **kwargs):
+        _note(describe(args, kwargs))
+        return original(*args, **kwargs)
+
+    setattr(owner, name, watched)
+
+
+def install_spawn_watch() -> None:
+    """Wrap every way a test process starts another: subprocess (and asyncio's, built on it), fork, posix_spawn,
+    multiprocessing's spawn/forkserver. The spawn still happens; the unit test fails after it."""
+    platform.processor()  # runs `uname -p` once and caches it: whichever test asked first would fail
+    _watch(subprocess.Popen, "_execute_child", lambda a, k: a[1])  # (self, args, ...)
+    _watch(os, "fork", lambda a, k: "os.fork()")
+    _watch(os, "posix_spawn", lambda a, k: a[1] if len(a) > 1 else a)
+    _watch(os, "posix_spawnp", lambda a, k: a[1] if len(a) > 1 else a)
+    _watch(multiprocessing.util, "spawnv_passfds", lambda a, k: a[1] if len(a) > 1 else a)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a unit test's setup: its session and module fixtures' spawns count as its own."""
+    global _spawned
+    _spawned = None if is_integration(item) else []
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_spawn_nothing():
+    """A unit test that started a process fails, with the command; integration tests are not watched."""
+    global _spawned
+    try:
+        yield
+    finally:
+        spawned, _spawned = _spawned, None
+    if spawned:
+        pytest.fail(
+            f"a unit test spawned {len(spawned)} process(es), first: {spawned[0]}; mark it "
+            "@pytest.mark.integration or list its module in tests/tiers.py INTEGRATION_MODULES",
+            pytrace=False,
+        )
