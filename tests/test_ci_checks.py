@@ -92,3 +92,18 @@ def test_the_checked_in_allow_list_parses_with_a_why_per_line():
     assert all(why for entries in sections.values() for _, why in entries)
     with pytest.raises(ValueError, match=r"allowed_skips.txt:2: expected `nodeid-pattern  # why`"):
         skip_check.parse_allow_list("[main]\ntests/test_x.py::test_y\n")
+
+
+def test_a_librarys_own_lookup_is_not_a_spawn_of_the_test():
+    """ctypes.util.find_library runs `ldconfig -p` on every call and platform runs `uname -p`: the test that first
+    imports such a library did not start a process of its own."""
+    assert tiers._program(["/sbin/ldconfig", "-p"]) in tiers.LIBRARY_LOOKUPS
+    assert tiers._program(b"uname -p") in tiers.LIBRARY_LOOKUPS
+    assert tiers._program(["git", "rev-parse"]) == "git" and tiers._program("os.fork()") == "os.fork()"
+    tiers._spawned = []
+    try:
+        tiers._note(["/sbin/ldconfig", "-p"])
+        tiers._note(["git", "rev-parse"])
+        assert tiers._spawned == ["['git', 'rev-parse']"]
+    finally:
+        tiers._spawned = None

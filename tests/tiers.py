@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing.util
 import os
-import platform
 import subprocess
 
 import pytest
@@ -55,8 +54,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.integration if is_integration(item) else pytest.mark.unit)
 
 
+# What libraries run on their own to look something up (ctypes.util.find_library: `ldconfig -p`, uncached; platform:
+# `uname -p`): whichever test first imports such a library would fail, depending on what ran before it.
+LIBRARY_LOOKUPS = {"ldconfig", "uname"}
+
+
+def _program(what: object) -> str:
+    first = what[0] if isinstance(what, (list, tuple)) and what else what
+    first = os.fsdecode(first) if isinstance(first, (str, bytes, os.PathLike)) else str(first)
+    return os.path.basename(first.split()[0]) if first.split() else ""
+
+
 def _note(what: object) -> None:
-    if _spawned is not None:
+    if _spawned is not None and _program(what) not in LIBRARY_LOOKUPS:
         _spawned.append(str(what)[:200])
 
 
@@ -73,7 +83,6 @@ def _watch(owner: object, name: str, describe) -> None:
 def install_spawn_watch() -> None:
     """Wrap every way a test process starts another: subprocess (and asyncio's, built on it), fork, posix_spawn,
     multiprocessing's spawn/forkserver. The spawn still happens; the unit test fails after it."""
-    platform.processor()  # runs `uname -p` once and caches it: whichever test asked first would fail
     _watch(subprocess.Popen, "_execute_child", lambda a, k: a[1])  # (self, args, ...)
     _watch(os, "fork", lambda a, k: "os.fork()")
     _watch(os, "posix_spawn", lambda a, k: a[1] if len(a) > 1 else a)

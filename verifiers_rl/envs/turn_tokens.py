@@ -17,10 +17,18 @@ class StepTokens(NamedTuple):
     completion_mask: list[int]
 
 
-def step_tokens(step: dict[str, Any]) -> StepTokens | None:
-    """The token record of one trajectory step, or None when the server returned no token ids."""
+def token_record(step: dict[str, Any]) -> dict[str, Any] | None:
+    """One trajectory step's raw `tokens` record (read, not copied), or None when the server returned no token ids."""
     tokens = step.get("tokens")
     if not tokens or tokens.get("prompt_ids") is None or tokens.get("completion_ids") is None:
+        return None
+    return tokens
+
+
+def step_tokens(step: dict[str, Any]) -> StepTokens | None:
+    """The token record of one trajectory step, or None when the server returned no token ids."""
+    tokens = token_record(step)
+    if tokens is None:
         return None
     c = list(tokens["completion_ids"])
     lps = list(tokens.get("completion_logprobs") or [0.0] * len(c))
