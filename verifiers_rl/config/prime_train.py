@@ -251,9 +251,10 @@ def _algo(r: _Reader, sources: list[dict[str, Any]], o: _Out) -> None:
     penalty = algo.pop("length_penalty", None)
     if penalty is not None and kind != "grpo":
         raise ConfigError(f"orchestrator.algo.length_penalty: applies to type 'grpo', not {kind!r}")
-    if kind == "max_rl" or penalty is not None:
-        o.arg("advantage", {"type": "max_rl"} if kind == "max_rl" else {"length_penalty": penalty},
-              f"orchestrator.algo.{'type' if kind == 'max_rl' else 'length_penalty'}")
+    if kind == "max_rl":
+        o.arg("advantage", {"type": "max_rl"}, "orchestrator.algo.type")
+    elif penalty is not None:
+        o.arg("advantage", {"length_penalty": penalty}, "orchestrator.algo.length_penalty")
     teacher = _teacher(algo, "orchestrator.algo")
     algo.pop("type", None)
     _rest("orchestrator.algo", algo)

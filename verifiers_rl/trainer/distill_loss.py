@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from verifiers_rl.trainer.loss import LossConfig, LossInputs, LossOutputs, masked_mean, ratio_masked_policy_gradient
+from verifiers_rl.trainer.loss import (LossConfig, LossInputs, LossOutputs, masked_extreme, masked_mean,
+                                       ratio_masked_policy_gradient)
 
 
 @dataclass
@@ -52,11 +53,10 @@ def teacher_kl_metrics(kl: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.
     """Per-token KL estimates over the mask as step-aggregatable metrics: the mean, the mean square (the step's std
     comes from both: :func:`finish_teacher_kl`) and the max."""
     mask = mask.bool()
-    neg_inf = kl.new_tensor(float("-inf"))
     return {
         "teacher_kl/mean": masked_mean(kl, mask),
         "teacher_kl/sq_mean": masked_mean(kl.pow(2), mask),
-        "teacher_kl/max": torch.cat([torch.where(mask, kl, neg_inf).flatten(), neg_inf.view(1)]).max(),
+        "teacher_kl/max": masked_extreme(kl, mask, largest=True),
     }
 
 

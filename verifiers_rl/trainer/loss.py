@@ -23,6 +23,15 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, values, torch.zeros_like(values)).sum() / mask.sum().clamp(min=1)
 
 
+def masked_extreme(values: torch.Tensor, mask: torch.Tensor, largest: bool) -> torch.Tensor:
+    """The max (``largest``) or min of ``values`` where ``mask`` is true; -inf / +inf (the identity of max / min, so
+    micro-batches merge) when the mask is empty. The flatten + identity element covers B = 0 too (amin/amax of
+    an empty tensor raise)."""
+    fill = values.new_tensor(float("-inf") if largest else float("inf"))
+    vals = torch.cat([torch.where(mask, values, fill).flatten(), fill.view(1)])
+    return vals.max() if largest else vals.min()
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Loss
 
@@ -201,26 +210,18 @@ def ratio_metrics(mask: torch.Tensor, ratio: torch.Tensor, log_ratio: torch.Tens
     share (all, and by advantage sign: shares of all loss tokens), and the k3 mismatch KL's mean, mean square
     (→ std once merged, trainer/metrics.py) and max."""
     n = mask.sum()
-    inf = ratio.new_tensor(float("inf"))
-
-    def extreme(x: torch.Tensor, sign: float) -> torch.Tensor:
-        # amin/amax of an empty tensor raise; the flatten + identity element covers B = 0.
-        fill = inf * sign
-        vals = torch.cat([torch.where(mask, x, fill).flatten(), fill.view(1)])
-        return vals.min() if sign > 0 else vals.max()
-
     kl_tokens = ratio - log_ratio - 1
     masked = mask & out_of_range
     return {
         "importance_ratio/mean": masked_mean(ratio, mask),
-        "importance_ratio/min": extreme(ratio, 1.0),
-        "importance_ratio/max": extreme(ratio, -1.0),
+        "importance_ratio/min": masked_extreme(ratio, mask, largest=False),
+        "importance_ratio/max": masked_extreme(ratio, mask, largest=True),
         "masked_fraction": masked.sum() / n.clamp(min=1),
         "masked_fraction/positive_advantage": (masked & (advantages > 0)).sum() / n.clamp(min=1),
         "masked_fraction/negative_advantage": (masked & (advantages < 0)).sum() / n.clamp(min=1),
         "mismatch_kl/mean": masked_mean(kl_tokens, mask),
         "mismatch_kl/sq_mean": masked_mean(kl_tokens.pow(2), mask),
-        "mismatch_kl/max": extreme(kl_tokens, -1.0),
+        "mismatch_kl/max": masked_extreme(kl_tokens, mask, largest=True),
         "loss_tokens": n,
     }
 

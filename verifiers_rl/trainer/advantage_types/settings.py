@@ -34,7 +34,8 @@ def _inputs(c: Any) -> tuple:
 
 def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
     """The chosen estimator and its config, built (so checked) from ``c`` (an RLConfig, or anything with its
-    fields): once per run, kept on ``c`` while its advantage settings stay the same."""
+    fields): once per run, kept for ``c`` (beside it: ``typed_table.built_once``) while its advantage settings
+    stay the same."""
     return built_once(c, "_built_advantage", _inputs(c), lambda: _build(c))
 
 

@@ -32,7 +32,7 @@ def _inputs(c: Any) -> tuple:
 
 def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
     """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields):
-    once per run, kept on ``c`` while its loss settings stay the same."""
+    once per run, kept for ``c`` (beside it: ``typed_table.built_once``) while its loss settings stay the same."""
     return built_once(c, "_built_loss", _inputs(c), lambda: _build(c))
 
 

@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from verifiers_rl.trainer.importance import log_importance_ratio, ratio_mask
-from verifiers_rl.trainer.loss import LossInputs, LossOutputs, k3_kl, masked_mean, ratio_metrics
+from verifiers_rl.trainer.loss import LossInputs, LossOutputs, k3_kl, masked_extreme, masked_mean, ratio_metrics
 from verifiers_rl.trainer.losses import LossSpec
 
 LEVELS = ("token", "sequence")
@@ -259,11 +259,10 @@ def _outputs(loss: torch.Tensor, r: Ratios, out_of_range: torch.Tensor, adv: tor
     if r.weight is not None:
         w = r.weight.detach().expand_as(mask)
         zeroed = (w == 0) & mask
-        inf = w.new_tensor(float("inf"))
         metrics.update({
             "importance_sampling/ratio/mean": masked_mean(w, mask),
-            "importance_sampling/ratio/min": torch.cat([torch.where(mask, w, inf).flatten(), inf.view(1)]).min(),
-            "importance_sampling/ratio/max": torch.cat([torch.where(mask, w, -inf).flatten(), -inf.view(1)]).max(),
+            "importance_sampling/ratio/min": masked_extreme(w, mask, largest=False),
+            "importance_sampling/ratio/max": masked_extreme(w, mask, largest=True),
             "importance_sampling/masked_fraction": zeroed.sum() / mask.sum().clamp(min=1),
         })
         if weights_tokens:
