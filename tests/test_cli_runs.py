@@ -6,6 +6,7 @@ The tiny model and the SFT warm-up are built once (by the first run) and reused 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import wait_for
+from processes import poll_until, wait_for
 
 from verifiers_rl import runs
 
@@ -52,6 +53,25 @@ def descendants(pid: int) -> set[int]:
 
 def stepped(out: Path, n: int = 1):
     return lambda: (runs.last_metrics(out)[0] or 0) >= n
+
+
+def wait_for_first_step(proc: subprocess.Popen, out: Path, console: Path, timeout: float = 360) -> None:
+    """Wait for the run's first logged step. A run that ends first fails at once; one that hangs is sent SIGABRT
+    (its children run with PYTHONFAULTHANDLER, so each prints its Python stacks); either failure shows the
+    console's and trainer.log's tails."""
+    if poll_until(lambda: stepped(out)() or proc.poll() is not None, timeout, 0.5) and stepped(out)():
+        return
+    why = f"the run exited {proc.returncode}" if proc.poll() is not None else f"no step after {timeout} s"
+    if proc.poll() is None:
+        for pid in descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except OSError:
+                pass
+        time.sleep(3)
+    tails = [f"--- {f}:\n{f.read_text(errors='replace')[-4000:]}" for f in (console, out / "logs" / "trainer.log")
+             if f.exists()]
+    raise AssertionError("\n".join([f"waiting for the first training step: {why}", *tails]))
 
 
 @pytest.fixture(scope="session")
@@ -114,10 +134,11 @@ def test_reused_output_dir_is_refused_resumed_or_cleaned(first_run, workspace):
 def started_runs(first_run, workspace):
     """Two runs started together (they warm up concurrently): one in the foreground to Ctrl-C, one detached."""
     out = (workspace / "sigint.out").open("w")
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hung run's stacks, on SIGABRT (wait_for_first_step)
     sig = subprocess.Popen([*VF_RL, *tiny(workspace, "sigint", 500), "--no-eval"], cwd=workspace, stdout=out,
-                           stderr=subprocess.STDOUT)
+                           stderr=subprocess.STDOUT, env=env)
     det = subprocess.Popen([*VF_RL, "run", *tiny(workspace, "det", 500), "--no-eval", "--detach"], cwd=workspace,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     yield {"sigint": sig, "det": det}
     out.close()
     if sig.poll() is None:
@@ -132,7 +153,7 @@ def started_runs(first_run, workspace):
 def test_sigint_stops_every_child_within_10_s(started_runs, workspace):
     proc = started_runs["sigint"]
     out = workspace / "outputs" / "sigint"
-    wait_for(stepped(out), 240, "the first training step")
+    wait_for_first_step(proc, out, workspace / "sigint.out")
     kids = descendants(proc.pid)
     assert kids, "the trainer runs in a child process"
     t0 = time.monotonic()
@@ -156,7 +177,7 @@ def test_detach_list_logs_stop_delete(started_runs, workspace):
     rec = json.loads((out / "run.json").read_text())
     assert rec["detached"] and runs.pid_alive(rec["pid"])
     try:
-        wait_for(stepped(out), 240, "the detached run's first step")
+        wait_for(stepped(out), 360, "the detached run's first step")
         listing = vf(workspace, "list").stdout
         row = next(line for line in listing.splitlines() if line.startswith("det "))
         assert " running " in row and "/500" in row and "outputs/det" in row
