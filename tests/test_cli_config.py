@@ -212,7 +212,7 @@ def test_one_entry_env_array_is_the_same_as_env_table():
     ({"eval_strategy": "steps"}, "trainer.args.eval_strategy: eval_strategy='steps' must be 'no'"),
     ({"eval_steps": 0}, "trainer.args.eval_steps: eval_steps=0"),
     ({"wandb": {"project": "p", "team": "t"}}, "trainer.args.wandb: wandb has unknown key(s) team"),
-    ({"lr_scheduler_type": "warp"}, "trainer.args.lr_scheduler_type: warp is not a valid SchedulerType"),
+    ({"lr_scheduler_type": "warp"}, "trainer.args.lr_scheduler_type: 'warp' is not one of 'linear', 'cosine'"),
 ])
 def test_trainer_args_errors(args, expected, tmp_path):
     raw = {**BASE, "trainer": {"args": {"output_dir": str(tmp_path / "o"), "batch_size": 32, "micro_batch_size": 8,

@@ -352,3 +352,27 @@ def test_a_run_builds_its_loss_and_estimator_once(tiny_model_dir, tmp_path, monk
     assert sorted(built) == ["advantage", "loss"], built
     args.loss = {"type": "cispo", "epsilon_high": 4.0}
     assert resolve_loss(args)[1].epsilon_high == 4.0 and sorted(built) == ["advantage", "loss", "loss"]
+
+
+def test_a_setting_error_names_its_key_without_reading_the_message(tmp_path, monkeypatch):
+    """RLConfig's checks, the loss/estimator configs' own, and a config from outside the package that raises a plain
+    ValueError: vf-rl's `trainer.args.<key>:` comes from the error's key (SettingError), never its text."""
+    from verifiers_rl.config.trainer_args import build_rl_config
+    from verifiers_rl.errors import ConfigError, SettingError
+
+    (tmp_path / "quiet_objectives.py").write_text(CUSTOM.replace(
+        'raise ValueError(f"loss.scale={self.scale} must be > 0")', 'raise ValueError("must be positive")'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = {"output_dir": str(tmp_path / "o"), "batch_size": 16, "micro_batch_size": 8, "rollouts_per_example": 8}
+    for extra, key in [({"top_p": 0.0}, "top_p"), ({"training_mode": "opd"}, "training_mode"),
+                       ({"loss": {"type": "dapo", "epsilon_low": 2.0}}, "loss"), ({"kl_tau": -1.0}, "kl_tau"),
+                       ({"loss": {"type": "quiet_objectives:LOSS", "scale": 0}}, "loss"),
+                       ({"advantage": {"type": "rloo"}, "rollouts_per_example": 1}, "rollouts_per_example")]:
+        with pytest.raises(SettingError) as raised:
+            vf.RLConfig(**{**base, **extra})
+        assert raised.value.key == key, (extra, raised.value.key, str(raised.value))
+        with pytest.raises(ConfigError) as line:
+            build_rl_config({**base, **extra})
+        assert str(line.value) == f"trainer.args.{key}: {raised.value}"
+    with pytest.raises(ConfigError, match=r"^trainer\.args\.loss: must be positive$"):
+        build_rl_config({**base, "loss": {"type": "quiet_objectives:LOSS", "scale": 0}})

@@ -140,3 +140,34 @@ def test_the_setting_check_sees_reads():
             "    e = targs['vllm_server_urls']\n    g = self.gpus\n")
     assert [k for _, k in _setting_reads(ast.parse(code))] == [
         "inference_backend", "local_async", "gpus", "colocate", "vllm_server_urls"]
+
+
+def _top_level_imports(tree: ast.Module) -> set[str]:
+    """Modules a module imports when it is imported: its body's imports (not those inside functions or under
+    `if TYPE_CHECKING:`), each with its parents (importing a.b.c runs a, a.b, a.b.c)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    return {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 2)}
+
+
+def test_the_config_package_imports_without_torch_or_transformers():
+    """`import verifiers_rl.config.<any>` (the schema, loading, checks, docs, hosted translation) runs no import of
+    torch, transformers, peft, trl or datasets: followed through every verifiers_rl module it imports at load."""
+    mods = _modules()
+    heavy = {"torch", "transformers", "peft", "trl", "datasets", "accelerate", "vllm"}
+    seen: dict[str, str] = {}
+    frontier = {m: m for m in mods if m.startswith("verifiers_rl.config")}
+    while frontier:
+        seen.update(frontier)
+        nxt = {}
+        for mod, root in frontier.items():
+            for name in _top_level_imports(mods[mod]):
+                assert name.split(".")[0] not in heavy, f"{root} imports {name} (through {mod})"
+                if name in mods and name not in seen:
+                    nxt[name] = root
+        frontier = nxt
+    assert "verifiers_rl.config.schema" in seen and len(seen) > 10

@@ -74,6 +74,16 @@ class ConfigError(ValueError):
     """A config mistake: its message is one line naming the key and the fix."""
 
 
+class SettingError(ValueError):
+    """A setting's value or combination is wrong (RLConfig and the loss/estimator configs raise it): ``key`` names the
+    setting as RLConfig spells it (``batch_size``, ``loss``), so vf-rl reports ``trainer.args.<key>: <message>``
+    without reading the message."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class NetworkError(RuntimeError):
     """The model hub or a server could not be reached; the message names what and what to do instead (a local path,
     HF_HUB_OFFLINE=1, dataset_source=offline). Ends a vf-rl / vf-eval / vf-sft run with that one line."""

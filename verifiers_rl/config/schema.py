@@ -23,7 +23,7 @@ from verifiers_rl.config.sections import (
     TinyModelSection, TrainerSection, WarmupSection, describe_type, one_line,
 )
 from verifiers_rl.config.trainer_args import (
-    RLFieldInfo, build_rl_config, check_trainer_args, rl_error_key, rl_field_info,
+    RLFieldInfo, build_rl_config, check_trainer_args, rl_field_info,
 )
 from verifiers_rl.config.validation import check_env, check_envs, gpu_ids, rl_config_kwargs, validate_run_config
 
@@ -32,5 +32,5 @@ __all__ = [
     "RLFieldInfo", "ResolvedRun", "RunConfig", "Section", "TinyModelSection", "TrainerSection", "WarmupSection",
     "build_rl_config", "check_env", "check_envs", "check_trainer_args", "describe_type", "dumps_toml", "gpu_ids",
     "load_run", "map_origin", "one_line", "resolve_run", "resolved_dict", "resolved_trainer_args", "rl_config_kwargs",
-    "rl_error_key", "rl_field_info", "to_toml_data", "validate_run_config", "write_resolved",
+    "rl_field_info", "to_toml_data", "validate_run_config", "write_resolved",
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import re
 import types
 import typing
 from dataclasses import dataclass
@@ -93,6 +92,10 @@ def rl_field_info() -> RLFieldInfo:
         types = {f.name: hints.get(f.name, Any) for f in fields}
         if "fsdp" in types:  # annotated str, but True / a list of options is how transformers documents it
             types["fsdp"] = bool | str | list[str] | None
+        if "lr_scheduler_type" in types:  # annotated str in transformers 5; its values are SchedulerType's
+            from transformers.trainer_utils import SchedulerType
+
+            types["lr_scheduler_type"] = SchedulerType | str
         if "resume_from_checkpoint" in types:  # True (the latest) and a step number too (trainer/checkpoints.py)
             types["resume_from_checkpoint"] = bool | int | str | None
         helps = {f.name: str(f.metadata.get("help", "")) for f in fields}
@@ -119,41 +122,23 @@ def check_trainer_args(args: dict[str, Any]) -> None:
             raise ConfigError(f"trainer.args.{k}: {bad}")
 
 
-_LEADING_NAME = re.compile(r"^[`'\"-]*([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def rl_error_key(message: str, given: dict[str, Any]) -> str:
-    """Which trainer.args field an RLConfig/TrainingArguments error is about ('' when unclear)."""
-    names = set(rl_field_info().names)
-    m = _LEADING_NAME.match(message)
-    if m and m.group(1) in names:
-        return m.group(1)
-    for k, v in given.items():  # e.g. "warp is not a valid SchedulerType, please select one of [...]"
-        if isinstance(v, str) and v and message.lstrip("`'\"").startswith(v):
-            return k
-    for tok in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message):
-        if tok in given:
-            return tok
-    for k, v in given.items():  # e.g. "'foo' is not a valid SchedulerType"
-        if isinstance(v, str) and repr(v) in message:
-            return k
-    return ""
-
-
 def build_rl_config(kwargs: dict[str, Any]) -> Any:
-    """RLConfig(**kwargs); its one-line ValueErrors become `trainer.args.<field>: ...`."""
+    """RLConfig(**kwargs); a `SettingError` (RLConfig's and the loss/estimator configs' checks name their key)
+    becomes `trainer.args.<key>: ...`; anything else (transformers' own checks) `trainer.args: ...`."""
+    from verifiers_rl.errors import SettingError
     from verifiers_rl.trainer.config import RLConfig
 
     try:
         return RLConfig(**kwargs)
     except ConfigError:
         raise
-    except Exception as e:  # ValueError from the validators; anything else from transformers
+    except SettingError as e:
+        raise ConfigError(f"trainer.args.{e.key}: {e}") from None
+    except Exception as e:  # transformers' TrainingArguments checks: they name the flags in their message
         lines = str(e).strip().splitlines()
         msg = lines[0] if lines else type(e).__name__
         if not isinstance(e, (ValueError, TypeError)):
             msg = f"{type(e).__name__}: {msg}"
-        key = rl_error_key(msg, kwargs)
-        raise ConfigError(f"trainer.args.{key}: {msg}" if key else f"trainer.args: {msg}") from None
+        raise ConfigError(f"trainer.args: {msg}") from None
 
 

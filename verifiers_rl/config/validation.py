@@ -131,7 +131,7 @@ def _check_mode(cfg: RunConfig) -> None:
                         **{arg: m.get(arg) for arg in TEACHER_ARGS.values()})
     problem = mode_problem(c, lambda f: spelled.get(f, f))
     if problem:
-        raise ConfigError(problem)
+        raise ConfigError(problem[1])
 
 
 def teacher_problem(cfg: RunConfig) -> str | None:

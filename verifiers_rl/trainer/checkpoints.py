@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from verifiers_rl.errors import SettingError
+
 STAGING_DIR = ".staging"
 MERGED_DIR = "merged"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -94,13 +96,16 @@ class CheckpointSettings:
     def __post_init__(self) -> None:
         n = self.save_keep_interval
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"save_keep_interval={n!r} must be a positive number of steps or None")
+            raise SettingError("save_keep_interval",
+                               f"save_keep_interval={n!r} must be a positive number of steps or None")
         if self.save_merged_weights and not getattr(self, "use_lora", True):
-            raise ValueError("save_merged_weights applies to LoRA runs (without LoRA every checkpoint is a full model "
-                             "already); remove it or set use_lora=True")
+            raise SettingError("save_merged_weights",
+                               "save_merged_weights applies to LoRA runs (without LoRA every checkpoint is a full "
+                               "model already); remove it or set use_lora=True")
         r = getattr(self, "resume_from_checkpoint", None)
         if not (r is None or isinstance(r, (bool, str)) or (isinstance(r, int) and r >= -1)):
-            raise ValueError(f"resume_from_checkpoint={r!r} must be True (the latest), a step number or a path")
+            raise SettingError("resume_from_checkpoint",
+                               f"resume_from_checkpoint={r!r} must be True (the latest), a step number or a path")
         super().__post_init__()  # type: ignore[misc]  (TrainingArguments')
 
 

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from transformers import TrainingArguments
 
+from verifiers_rl.errors import SettingError
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
 from verifiers_rl.plan.sampling import training_problem
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
@@ -37,8 +38,8 @@ def field_default(f: Any) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
-def _fail(msg: str) -> None:
-    raise ValueError(msg)
+def _fail(key: str, msg: str) -> None:
+    raise SettingError(key, msg)
 
 
 @dataclass
@@ -280,7 +281,10 @@ class RLConfig(CheckpointSettings, TrainingArguments):
             self.use_cpu = not torch.cuda.is_available()
         from verifiers_rl.plan.precision import resolve_bf16
 
-        self.bf16 = resolve_bf16(self)  # None → bf16 on a CUDA GPU that has it, fp32 on the CPU
+        try:
+            self.bf16 = resolve_bf16(self)  # None → bf16 on a CUDA GPU that has it, fp32 on the CPU
+        except ValueError as e:
+            _fail("bf16", str(e))
         # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns on the old name;
         # resolve it here so our (documented) field doesn't trigger a FutureWarning on every construction.
         if hasattr(self, "activation_checkpointing") and getattr(self, "activation_checkpointing") is None:
@@ -295,8 +299,8 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         # world_size is known only once transformers has set up the distributed state.
         world = self.world_size
         if self.batch_size % (self.micro_batch_size * world) != 0:
-            raise ValueError(
-                f"batch_size={self.batch_size} must be divisible by micro_batch_size x world_size = "
+            raise SettingError(
+                "batch_size", f"batch_size={self.batch_size} must be divisible by micro_batch_size x world_size = "
                 f"{self.micro_batch_size} x {world}; change batch_size or micro_batch_size"
             )
 
@@ -311,7 +315,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             return  # _validate_batch_shape names max_seq_len
         if seq < 2:
-            _fail(f"max_seq_len={seq} leaves no room for a prompt and a completion; raise max_seq_len")
+            _fail("max_seq_len", f"max_seq_len={seq} leaves no room for a prompt and a completion; raise max_seq_len")
         if isinstance(new, int) and not isinstance(new, bool) and 1 <= new < seq:
             self.max_prompt_len = seq - new
         else:  # max_tokens None (what the prompt leaves) or invalid (its own check fails first)
@@ -325,7 +329,7 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         self._validate_loss_eval_and_wandb()
         problem = mode_problem(self)  # training_mode and its teacher (trainer/modes.py)
         if problem:
-            _fail(problem)
+            _fail(*problem)
         check_loss(self)  # loss.type and its keys; the loss's config checks its values (trainer/losses/)
         check_advantage(self)  # advantage.type, its keys and scale_rewards (trainer/advantage_types/)
 
@@ -334,19 +338,22 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         for name in ("micro_batch_size", "batch_size", "max_seq_len", "max_prompt_len", "max_concurrent"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                _fail(f"{name}={value!r} must be a positive integer")
+                _fail(name, f"{name}={value!r} must be a positive integer")
         if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
-            _fail(f"max_steps={self.max_steps!r} must be a positive integer: RL runs that many steps, cycling "
+            _fail("max_steps",
+                  f"max_steps={self.max_steps!r} must be a positive integer: RL runs that many steps, cycling "
                   "through the dataset (transformers' -1, num_train_epochs instead, does not apply)")
         if not self.learning_rate >= 0:
-            _fail(f"learning_rate={self.learning_rate} must be >= 0")
+            _fail("learning_rate", f"learning_rate={self.learning_rate} must be >= 0")
         if self.rollouts_per_example < (2 if self.training_mode == "rl" else 1):  # distillation needs no groups
             _fail(
+                "rollouts_per_example",
                 f"rollouts_per_example={self.rollouts_per_example} must be >= 2: advantages are reward minus the group "
                 "mean, so a group of 1 never learns"
             )
         if self.batch_size % self.rollouts_per_example != 0:
             _fail(
+                "batch_size",
                 f"batch_size={self.batch_size} must be a multiple of rollouts_per_example={self.rollouts_per_example}; "
                 f"e.g. batch_size={max(1, self.batch_size // self.rollouts_per_example) * self.rollouts_per_example}"
             )
@@ -354,23 +361,25 @@ class RLConfig(CheckpointSettings, TrainingArguments):
     def _validate_sampling_and_lengths(self) -> None:
         """Sampling settings and sequence lengths."""
         if not self.temperature >= 0:
-            _fail(f"temperature={self.temperature} must be >= 0 (0: greedy sampling)")
+            _fail("temperature", f"temperature={self.temperature} must be >= 0 (0: greedy sampling)")
         if self.eval_temperature is not None and self.eval_temperature < 0:
-            _fail(f"eval_temperature={self.eval_temperature} must be >= 0 (0 is greedy) or None")
+            _fail("eval_temperature", f"eval_temperature={self.eval_temperature} must be >= 0 (0 is greedy) or None")
         if not 0 < self.top_p <= 1:
-            _fail(f"top_p={self.top_p} must be in (0, 1]")
+            _fail("top_p", f"top_p={self.top_p} must be in (0, 1]")
         if not 0 <= self.min_p <= 1:
-            _fail(f"min_p={self.min_p} must be in [0, 1] (0: off)")
+            _fail("min_p", f"min_p={self.min_p} must be in [0, 1] (0: off)")
         problem = training_problem(self.repetition_penalty)
         if problem:
-            _fail(problem)
+            _fail("repetition_penalty", problem)
         if self.max_tokens is not None and (self.max_tokens < 1 or self.max_tokens >= self.max_seq_len):
             _fail(
+                "max_tokens",
                 f"max_tokens={self.max_tokens} must be in [1, max_seq_len={self.max_seq_len}); raise max_seq_len or "
                 "lower max_tokens (None: whatever the prompt leaves)"
             )
         if self.max_prompt_len >= self.max_seq_len:
             _fail(
+                "max_prompt_len",
                 f"max_prompt_len={self.max_prompt_len} must be < max_seq_len={self.max_seq_len} to leave room for the "
                 "completion; raise max_seq_len or lower max_prompt_len"
             )
@@ -380,59 +389,69 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         if not self.use_lora:
             for name in _LORA_OPTIONS:
                 if getattr(self, name) != field_default(RLConfig.__dataclass_fields__[name]):
-                    _fail(f"{name} is set but use_lora=False; set use_lora=True or remove {name}")
+                    _fail(name, f"{name} is set but use_lora=False; set use_lora=True or remove {name}")
         for name, ok, rule in (("lora_rank", isinstance(self.lora_rank, int) and self.lora_rank >= 1, ">= 1"),
                                ("lora_alpha", self.lora_alpha > 0, "> 0"),
                                ("lora_dropout", 0 <= self.lora_dropout < 1, "in [0, 1)")):
             if self.use_lora and not ok:
-                _fail(f"{name}={getattr(self, name)!r} must be {rule}")
+                _fail(name, f"{name}={getattr(self, name)!r} must be {rule}")
         targets = self.lora_target_modules
         if not (isinstance(targets, str) or (isinstance(targets, list) and all(isinstance(m, str) for m in targets))):
-            _fail(f"lora_target_modules={self.lora_target_modules!r} must be a list of module names or 'all-linear'")
+            _fail("lora_target_modules",
+                  f"lora_target_modules={self.lora_target_modules!r} must be a list of module names or 'all-linear'")
         if self.inference_backend not in INFERENCE_BACKENDS:
-            _fail(f"inference_backend={self.inference_backend!r} is not one of {', '.join(INFERENCE_BACKENDS)}")
+            _fail("inference_backend",
+                  f"inference_backend={self.inference_backend!r} is not one of {', '.join(INFERENCE_BACKENDS)}")
         if self.oversampling_factor < 1:
             _fail(
+                "oversampling_factor",
                 f"oversampling_factor={self.oversampling_factor} must be >= 1 (1: generate exactly what a step needs)"
             )
         if self.oversampling_factor > 1 and not self.online_difficulty_filtering:
-            _fail(f"oversampling_factor={self.oversampling_factor}: the extra groups only refill batches after "
+            _fail("oversampling_factor",
+                  f"oversampling_factor={self.oversampling_factor}: the extra groups only refill batches after "
                   "online_difficulty_filtering drops constant ones; set online_difficulty_filtering=True or remove it")
         for name in ("easy_fraction", "hard_fraction"):
             if not 0 <= getattr(self, name) <= 1:
-                _fail(f"{name}={getattr(self, name)} must be in [0, 1]")
+                _fail(name, f"{name}={getattr(self, name)} must be in [0, 1]")
         if (self.easy_threshold is not None and self.hard_threshold is not None
                 and self.hard_threshold >= self.easy_threshold):
-            _fail(f"hard_threshold={self.hard_threshold} must be < easy_threshold={self.easy_threshold}")
+            _fail("hard_threshold",
+                  f"hard_threshold={self.hard_threshold} must be < easy_threshold={self.easy_threshold}")
 
     def _validate_inference(self) -> None:
         """Weight transfer and async generation."""
         from verifiers_rl.plan.transfer import TRANSFERS, check_transfer
 
         if self.vllm_weight_transfer not in TRANSFERS:
-            _fail(f"vllm_weight_transfer={self.vllm_weight_transfer!r} is not one of {', '.join(TRANSFERS)}")
+            _fail("vllm_weight_transfer",
+                  f"vllm_weight_transfer={self.vllm_weight_transfer!r} is not one of {', '.join(TRANSFERS)}")
         problem = check_transfer(self.vllm_weight_transfer, use_lora=self.use_lora)  # CUDA, vllm: when planned
         if problem:
-            _fail(problem)
+            _fail("vllm_weight_transfer", problem)
         if self.local_async and self.inference_backend == "vllm":
-            _fail("local_async=True applies to the local engine only; remove it or set inference_backend='local'")
+            _fail("local_async",
+                  "local_async=True applies to the local engine only; remove it or set inference_backend='local'")
         if self.max_async_level < 0:
-            _fail(f"max_async_level={self.max_async_level} must be >= 0 (0: on-policy, 1: one step ahead)")
+            _fail("max_async_level",
+                  f"max_async_level={self.max_async_level} must be >= 0 (0: on-policy, 1: one step ahead)")
 
     def _validate_loss_eval_and_wandb(self) -> None:
         """What RLTrainer does itself, eval and wandb."""
         if self.gradient_accumulation_steps != 1:
             _fail(
+                "gradient_accumulation_steps",
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} must be 1: RLTrainer accumulates "
                 "micro-batches itself; set batch_size and micro_batch_size instead"
             )
         if str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no":
-            _fail(f"eval_strategy={self.eval_strategy!r} must be 'no': RLTrainer runs its own eval; set eval_steps")
+            _fail("eval_strategy",
+                  f"eval_strategy={self.eval_strategy!r} must be 'no': RLTrainer runs its own eval; set eval_steps")
         if self.eval_steps is not None and self.eval_steps <= 0:
-            _fail(f"eval_steps={self.eval_steps} must be a positive number of steps or None")
+            _fail("eval_steps", f"eval_steps={self.eval_steps} must be a positive number of steps or None")
         problem = wandb_problem(self.wandb)
         if problem:
-            _fail(problem)
+            _fail("wandb", problem)
 
     # ------------------------------------------------------------------------------------------------------------------
 

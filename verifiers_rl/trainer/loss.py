@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.importance import log_importance_ratio, ratio_mask
 
 # Log-probabilities and entropy live in `logprobs` (chunked, no [B, T, V] copies); re-exported for callers.
@@ -56,13 +57,15 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         if not (0 <= self.mask_ratio_low < 1 < self.mask_ratio_high):
-            raise ValueError(
+            raise SettingError(
+                "mask_ratio_low",
                 f"mask_ratio_low={self.mask_ratio_low} and mask_ratio_high={self.mask_ratio_high} must satisfy "
                 "0 <= low < 1 < high (defaults 0.125 and 8.0)")
         if not self.kl_tau >= 0:
-            raise ValueError(f"kl_tau={self.kl_tau} must be >= 0 (0: no log-ratio penalty; prime-rl uses 1e-3)")
+            raise SettingError("kl_tau",
+                               f"kl_tau={self.kl_tau} must be >= 0 (0: no log-ratio penalty; prime-rl uses 1e-3)")
         if not self.beta >= 0:
-            raise ValueError(f"beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
+            raise SettingError("beta", f"beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
 
 
 @dataclass

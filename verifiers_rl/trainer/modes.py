@@ -40,31 +40,33 @@ class ModeConfig:
         "help": "sft: train only on teacher rollouts whose reward is >= this (None: all)."})
 
 
-def mode_problem(c: Any, name: Any = str) -> str | None:
-    """One line naming what is wrong with an RLConfig's mode settings and the fix, or None. ``name`` spells a field
-    as the caller's user wrote it (a vf-rl config: ``teacher.model``)."""
+def mode_problem(c: Any, name: Any = str) -> tuple[str, str] | None:
+    """What is wrong with an RLConfig's mode settings: (the field, one line naming it and the fix), or None.
+    ``name`` spells a field as the caller's user wrote it (a vf-rl config: ``teacher.model``)."""
     mode = c.training_mode
     if mode not in TRAINING_MODES:
-        return f"{name('training_mode')}={mode!r} is not one of {', '.join(TRAINING_MODES)}"
+        return "training_mode", f"{name('training_mode')}={mode!r} is not one of {', '.join(TRAINING_MODES)}"
     set_fields = [f for f in _TEACHER_FIELDS if getattr(c, f) is not None]
     if mode == "rl":
         if set_fields or c.sft_min_reward is not None:
-            key = name((set_fields or ["sft_min_reward"])[0])
-            return f"{key} is set but training_mode='rl'; set training_mode='opd' or 'sft', or remove {key}"
+            field_name = (set_fields or ["sft_min_reward"])[0]
+            key = name(field_name)
+            return field_name, f"{key} is set but training_mode='rl'; set training_mode='opd' or 'sft', or remove {key}"
         return None
     model, url = name("teacher_model"), name("teacher_url")
     if c.teacher_model is None and c.teacher_url is None:
-        return (f"training_mode={mode!r} needs a teacher: set {model} (a model dir, loaded in-process) or {url} "
-                "(a server)")
+        return "training_mode", (f"training_mode={mode!r} needs a teacher: set {model} (a model dir, loaded "
+                                 f"in-process) or {url} (a server)")
     if c.teacher_model is not None and c.teacher_url is not None:
-        return f"{model} and {url} are both set; keep one (a model loaded in-process, or a server)"
+        return "teacher_model", f"{model} and {url} are both set; keep one (a model loaded in-process, or a server)"
     if c.teacher_model_name is not None and c.teacher_url is None:
-        return f"{name('teacher_model_name')} names the model at {url}, which is not set; remove it or set {url}"
+        return "teacher_model_name", (f"{name('teacher_model_name')} names the model at {url}, which is not set; "
+                                      f"remove it or set {url}")
     if c.sft_min_reward is not None and mode != "sft":
-        return f"{name('sft_min_reward')} applies to training_mode='sft', not {mode!r}; remove it"
+        return "sft_min_reward", f"{name('sft_min_reward')} applies to training_mode='sft', not {mode!r}; remove it"
     for field_name, active in (("beta", c.beta > 0), ("online_difficulty_filtering", c.online_difficulty_filtering)):
         if active:
-            return f"{name(field_name)} applies to training_mode='rl' (rewards), not {mode!r}; remove it"
+            return field_name, f"{name(field_name)} applies to training_mode='rl' (rewards), not {mode!r}; remove it"
     return None
 
 

@@ -8,6 +8,8 @@ import importlib
 import weakref
 from typing import Any, Callable, Iterable
 
+from verifiers_rl.errors import SettingError
+
 
 def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared: dict[str, Any],
                  names: Iterable[str], config_of: Callable[[str], type]) -> Any:
@@ -18,21 +20,26 @@ def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared:
     own = [f.name for f in dataclasses.fields(config)]
     for key in table:
         if key not in own:
-            raise ValueError(f"{section}.{key} is not a key of {section} type {name!r}; its keys: "
+            raise SettingError(section, f"{section}.{key} is not a key of {section} type {name!r}; its keys: "
                              f"{', '.join(own) or 'none'}")
     values = {}
     for key, default in shared.items():
         top = getattr(c, key, default)
         if key in own:
             if key in table and top != default and top != table[key]:
-                raise ValueError(f"{key}={top!r} and {section}.{key}={table[key]!r} are both set; keep one")
+                raise SettingError(key, f"{key}={top!r} and {section}.{key}={table[key]!r} are both set; keep one")
             values[key] = table.get(key, top)
         elif top != default:
             users = [n for n in names if key in {f.name for f in dataclasses.fields(config_of(n))}]
             which = repr(users[0]) if len(users) == 1 else f"one of {', '.join(users)}"
-            raise ValueError(f"{key}={top!r} applies to {section}.type {which}, not {name!r}; remove it")
+            raise SettingError(key, f"{key}={top!r} applies to {section}.type {which}, not {name!r}; remove it")
     values.update(table)
-    return config(**values)
+    try:
+        return config(**values)
+    except SettingError:
+        raise
+    except (ValueError, TypeError) as e:  # a config's own check (one from outside the package too): the table's
+        raise SettingError(section, str(e)) from None
 
 
 def table_of(value: Any, configs: dict[str, type]) -> dict[str, Any] | None:
@@ -69,18 +76,20 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
         module, _, attr = registry[name].partition(":")
         return getattr(importlib.import_module(module), attr or default_attr)
     if not isinstance(name, str) or ":" not in name:
-        raise ValueError(f"{section}.type={name!r} is not one of {', '.join(registry)}; set {section}.type to one "
-                         "of them, or to an import path 'package.module:SPEC'")
+        raise SettingError(section,
+                           f"{section}.type={name!r} is not one of {', '.join(registry)}; set {section}.type to one "
+                           "of them, or to an import path 'package.module:SPEC'")
     module, _, attr = name.partition(":")
     try:
         spec = getattr(importlib.import_module(module), attr)
     except ImportError as e:
-        raise ValueError(f"{section}.type={name!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
+        raise SettingError(section,
+                           f"{section}.type={name!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
     except AttributeError:
-        raise ValueError(f"{section}.type={name!r}: module {module!r} has no {attr!r}") from None
+        raise SettingError(section, f"{section}.type={name!r}: module {module!r} has no {attr!r}") from None
     if not isinstance(spec, spec_type):
-        raise ValueError(f"{section}.type={name!r} is a {type(spec).__name__}, not a {spec_type.__name__} "
-                         f"({section} docs: docs/training.md)")
+        raise SettingError(section, f"{section}.type={name!r} is a {type(spec).__name__}, not a "
+                                    f"{spec_type.__name__} ({section} docs: docs/training.md)")
     return spec
 
 

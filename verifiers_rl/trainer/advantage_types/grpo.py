@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import AdvantageSpec
 from verifiers_rl.trainer.advantage_types.length_penalty import (LengthPenaltyConfig, RolloutLengths,
                                                                  length_penalty_config, length_shaped)
@@ -27,7 +28,8 @@ class GRPOAdvantageConfig:
         self.length_penalty = length_penalty_config(self.length_penalty)
         if self.scale_rewards not in SCALE_REWARDS_CHOICES:
             # named as the top-level key it has always been (RLConfig.scale_rewards fills it)
-            raise ValueError(f"scale_rewards={self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS_CHOICES)}")
+            raise SettingError("scale_rewards",
+                               f"scale_rewards={self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS_CHOICES)}")
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int, config: GRPOAdvantageConfig,

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths
@@ -24,8 +25,9 @@ def advantage_table(advantage: Any) -> dict[str, Any]:
     table = table_of(advantage, {n: get_advantage(n).config for n in ADVANTAGES})
     if table is not None:
         return table
-    raise ValueError(f"advantage={advantage!r} must be a table with a 'type' key (one of {', '.join(ADVANTAGES)}) "
-                     "or an estimator's config object")
+    raise SettingError("advantage",
+                       f"advantage={advantage!r} must be a table with a 'type' key (one of {', '.join(ADVANTAGES)}) "
+                       "or an estimator's config object")
 
 
 def _inputs(c: Any) -> tuple:
@@ -52,8 +54,9 @@ def check_advantage(c: Any) -> None:
     spec, config = resolve_advantage(c)
     group = getattr(c, "rollouts_per_example", spec.min_group_size)
     if group < spec.min_group_size:
-        raise ValueError(f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
-                         f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
+        raise SettingError("advantage",
+                           f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
+                           f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
     store_back(c, "advantage", spec.name, config, SHARED_KEYS)
     keep(c, "_built_advantage", _inputs(c), (spec, config))  # the settings as stored back build the same
 

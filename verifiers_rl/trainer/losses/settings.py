@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec, get_loss, loss_types
 from verifiers_rl.trainer.typed_table import build_config, built_once, keep, store_back, table_of
@@ -21,8 +22,9 @@ def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
     table = table_of(loss, {n: get_loss(n).config for n in loss_types(mode)})
     if table is not None:
         return table
-    raise ValueError(f"loss={loss!r} must be a table with a 'type' key (one of {', '.join(LOSSES)}) or the config "
-                     f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
+    raise SettingError("loss",
+                       f"loss={loss!r} must be a table with a 'type' key (one of {', '.join(LOSSES)}) or the config "
+                       f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
 
 
 def _inputs(c: Any) -> tuple:
@@ -43,8 +45,8 @@ def _build(c: Any) -> tuple[LossSpec, Any]:
     spec = get_loss(kind)
     if spec.mode != mode:
         fits = ", ".join(loss_types(mode)) or "none"
-        raise ValueError(f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
-                         f"training_mode={spec.mode!r} or loss.type to one of {fits}")
+        raise SettingError("loss", f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
+                                   f"training_mode={spec.mode!r} or loss.type to one of {fits}")
     return spec, build_config("loss", kind, table, c, SHARED_KEYS, LOSSES, lambda n: get_loss(n).config)
 
 
