@@ -144,9 +144,9 @@ def _ranks(out: Path) -> dict[int, int]:
 @pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
     out = tmp_path / "killed"
-    p = start(tiny_model_dir, out, "hang")
+    p = start(tiny_model_dir, out, "idle")
     try:
-        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "a training step")
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "the ranks' first exchange")
         pids = _ranks(out)
         os.kill(pids[1], signal.SIGKILL)
         p.wait(timeout=FAULT_S)  # TimeoutExpired past FAULT_S
@@ -160,9 +160,9 @@ def test_a_killed_rank_ends_the_run(tiny_model_dir, tmp_path):
 def test_sigint_ends_every_rank(tiny_model_dir, tmp_path):
     """Ctrl-C in a terminal reaches torchrun (its ranks run in sessions of their own): every rank ends."""
     out = tmp_path / "sigint"
-    p = start(tiny_model_dir, out, "hang")
+    p = start(tiny_model_dir, out, "idle")
     try:
-        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "a training step")
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "the ranks' first exchange")
         pids = _ranks(out)
         p.send_signal(signal.SIGINT)
         p.wait(timeout=FAULT_S)
@@ -175,9 +175,9 @@ def test_sigint_ends_every_rank(tiny_model_dir, tmp_path):
 def test_ranks_die_with_a_killed_launcher(tiny_model_dir, tmp_path):
     """torchrun killed outright (SIGKILL, no chance to stop its ranks): the ranks end too (PR_SET_PDEATHSIG)."""
     out = tmp_path / "launcher"
-    p = start(tiny_model_dir, out, "hang")
+    p = start(tiny_model_dir, out, "idle")
     try:
-        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "a training step")
+        wait_for(lambda: (out / "step-1").exists() and len(_ranks(out)) == 2, STEP_WAIT, "the ranks' first exchange")
         pids = _ranks(out)
         p.kill()
         p.wait(timeout=5)
