@@ -308,6 +308,7 @@ def test_vf_rl_hub_model_and_silent_server(tmp_path, silent_server):
     r, _ = _cli(tmp_path, *common, "--model", "nobody/no-model")
     line = _one_error_line(r)
     assert line.startswith("error: model 'nobody/no-model': not a local dir and not in the Hugging Face cache")
+    assert not (tmp_path / "rl").exists()  # before the launch
     r, _ = _cli(tmp_path, *common[:3], "--tiny_model.path", str(tmp_path / "tiny"), *common[4:], "--env.args",
                 '{"dataset_source": "hub"}')
     line = _one_error_line(r)
@@ -338,6 +339,7 @@ def test_a_model_path_that_does_not_exist_is_one_line(tmp_path):
     r, _ = _cli(tmp_path, "vf-rl", "@", str(QUICKSTART), "--no-tiny-model", "--no-warmup", "--no-eval",
                 "--output-dir", str(tmp_path / "rl"), "--trainer.args.max-steps", "2", "--model", missing)
     assert _one_error_line(r) == expected
+    assert not (tmp_path / "rl").exists()  # checked before the launch: no run dir, no trainer process
 
 
 @pytest.mark.integration  # spawns a process

@@ -245,6 +245,9 @@ FAKE_SERVER = """#!{python}
 # Stands in for `python -m vllm.entrypoints.openai.api_server`: spawns a grandchild (like vLLM's engine core)
 # and answers /health.
 import argparse, http.server, signal, subprocess, sys
+if sys.argv[1:2] == ["-c"]:  # a Python too: the launcher asks it for vLLM's version before starting the server
+    exec(sys.argv[2])
+    sys.exit(0)
 ap = argparse.ArgumentParser()
 ap.add_argument("-m"); ap.add_argument("--port", type=int); ap.add_argument("--host")
 args, _ = ap.parse_known_args()

@@ -137,6 +137,27 @@ def check_model_path(name: str) -> None:
         raise ModelNotFoundError(f"model {name!r}: no such directory (a hub id is 'name' or 'owner/name')")
 
 
+def check_model_reachable(name: str) -> None:
+    """Before a run starts: `name` is a local dir, or a hub id the hub can give or the cache holds. A missing path
+    is ModelNotFoundError, an uncached hub id without the hub NetworkError (one line each, no import of
+    transformers)."""
+    from pathlib import Path
+
+    from verifiers_rl.errors import NetworkError
+
+    check_model_path(name)
+    if Path(name).expanduser().exists() or not (hub_offline() or hub_unreachable()):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not a valid repo id: the loader's own error, later, says so
+        return
+    if not isinstance(cached, str):
+        raise NetworkError(model_hub_message(name))
+
+
 def model_hub_message(model: str) -> str:
     return (f"model {model!r}: not a local dir and not in the Hugging Face cache, and {hub_state()}; pass a local "
             "model dir (vf-tiny-model DIR builds an offline one), or download it where the hub is reachable "

@@ -169,6 +169,7 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         fail(str(e))
     _check_servers(plan.urls)  # servers given by URL (vf-rl starts none of them)
     _check_teacher(resolved.cfg)
+    _check_model(resolved.cfg)
     from verifiers_rl.launch import prepare_launch, start_detached, supervise
     from verifiers_rl.runs import proc_start_ticks, update_run
 
@@ -185,6 +186,21 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         return 0
     print(f"run {resolved.run_name}: output dir {out} (logs in {out / 'logs'})", flush=True)
     return supervise(out, echo=True)
+
+
+def _check_model(cfg: Any) -> None:
+    """The model the run starts from exists (a dir) or can be had (the hub, or its cache) before anything starts,
+    not seconds later in the trainer; a tiny model the run builds itself is not there yet."""
+    from verifiers_rl.errors import ModelNotFoundError, NetworkError
+    from verifiers_rl.network import check_model_reachable
+
+    base = cfg.warmup.model if cfg.warmup is not None and cfg.warmup.model else None
+    base = base or (None if cfg.tiny_model is not None else cfg.model)
+    if base:
+        try:
+            check_model_reachable(str(base))
+        except (ModelNotFoundError, NetworkError) as e:
+            fail(str(e), code=1)
 
 
 def _check_teacher(cfg: Any) -> None:
