@@ -163,9 +163,8 @@ def test_sigint_stops_every_child_within_10_s(sigint_run, workspace):
 
 
 def test_detach_list_logs_stop_delete(first_run, workspace):
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     front = subprocess.Popen([*VF_RL, "run", *tiny(workspace, "det", 500), "--no-eval", "--detach"], cwd=workspace,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = front.communicate(timeout=300)
     assert front.returncode == 0, stderr
     assert "started in the background" in stdout

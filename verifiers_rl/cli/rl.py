@@ -192,11 +192,11 @@ def _check_model(cfg: Any) -> None:
     """The model the run starts from exists (a dir) or can be had (the hub, or its cache) before anything starts,
     not seconds later in the trainer; a tiny model the run builds itself is not there yet."""
     from verifiers_rl.errors import ModelNotFoundError, NetworkError
+    from verifiers_rl.launching.pipeline import first_model
     from verifiers_rl.network import check_model_reachable
 
-    base = cfg.warmup.model if cfg.warmup is not None and cfg.warmup.model else None
-    base = base or (None if cfg.tiny_model is not None else cfg.model)
-    if base:
+    base = first_model(cfg)
+    if base and not (cfg.tiny_model is not None and str(base) == str(cfg.tiny_model.path)):
         try:
             check_model_reachable(str(base))
         except (ModelNotFoundError, NetworkError) as e:

@@ -70,6 +70,15 @@ def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any
     return env, sub_envs
 
 
+def first_model(cfg: RunConfig) -> str | None:
+    """The model the run loads first: the warm-up's base when there is a warm-up ([warmup] model, else the tiny
+    model, else `model`), else the model RL trains (`model`, else the tiny model)."""
+    tiny = cfg.tiny_model.path if cfg.tiny_model is not None else None
+    if cfg.warmup is not None:
+        return cfg.warmup.model or tiny or cfg.model
+    return cfg.model or tiny
+
+
 def _warmup(cfg: RunConfig, env: Any, model: Any, console: Any) -> Any:
     """[warmup]: SFT the base model first; the model RL starts from."""
     if cfg.warmup is None:
@@ -77,8 +86,7 @@ def _warmup(cfg: RunConfig, env: Any, model: Any, console: Any) -> Any:
     from verifiers_rl.sft.warmup import run_warmup
 
     w = cfg.warmup
-    base = w.model or (cfg.tiny_model.path if cfg.tiny_model else cfg.model)
-    return str(run_warmup(base, env, w.output_dir, completion_format=w.completion_format,
+    return str(run_warmup(first_model(cfg), env, w.output_dir, completion_format=w.completion_format,
                           max_steps=w.max_steps, learning_rate=w.learning_rate, batch_size=w.batch_size,
                           lr_scheduler_type=w.lr_scheduler_type, num_examples=w.num_examples,
                           seed=w.seed, max_length=w.max_length, console=console))

@@ -299,10 +299,8 @@ class RLConfig(CheckpointSettings, TrainingArguments):
         # world_size is known only once transformers has set up the distributed state.
         world = self.world_size
         if self.batch_size % (self.micro_batch_size * world) != 0:
-            raise SettingError(
-                "batch_size", f"batch_size={self.batch_size} must be divisible by micro_batch_size x world_size = "
-                f"{self.micro_batch_size} x {world}; change batch_size or micro_batch_size"
-            )
+            _fail("batch_size", f"batch_size={self.batch_size} must be divisible by micro_batch_size x world_size = "
+                  f"{self.micro_batch_size} x {world}; change batch_size or micro_batch_size")
 
     # ------------------------------------------------------------------------------------------------------------------
 
