@@ -28,7 +28,7 @@ def run(model_dir: str, env, steps: int, out: str, local_async: bool, seed: int)
     w = WORKLOADS["short"]
     args = vf.RLConfig(output_dir=out, max_steps=steps, batch_size=w["batch_size"], rollouts_per_example=w["group"],
                        micro_batch_size=w["batch_size"], max_tokens=w["max_tokens"], max_seq_len=256,
-                       learning_rate=w["lr"], use_lora=False, save_strategy="no", seed=seed, scale_rewards="none",
+                       learning_rate=w["lr"], use_lora=False, save_strategy="no", seed=seed,
                        sample_log_interval=0, report_to="none", local_async=local_async, max_async_level=1)
     trainer = vf.RLTrainer(model_dir, env, args)
     t0 = time.perf_counter()

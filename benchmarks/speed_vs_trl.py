@@ -88,7 +88,7 @@ def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int, bf16
     args = vf.RLConfig(output_dir=out, max_steps=steps, batch_size=w["batch_size"], rollouts_per_example=w["group"],
                        micro_batch_size=w["batch_size"], max_tokens=w["max_tokens"], max_seq_len=256,
                        max_prompt_len=128, learning_rate=w["lr"], lr_scheduler_type="constant",
-                       use_lora=not w["full"], temperature=1.0, save_strategy="no", seed=seed, scale_rewards="none",
+                       use_lora=not w["full"], temperature=1.0, save_strategy="no", seed=seed,
                        sample_log_interval=0, logging_steps=1, report_to="none", bf16=bf16)
     trainer = vf.RLTrainer(model_dir, env, args)
     t0 = time.perf_counter()

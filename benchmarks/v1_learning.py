@@ -87,7 +87,7 @@ def main() -> None:
         args = vf.RLConfig(output_dir=f"{tmp}/out", max_steps=a.steps, batch_size=a.batch_size,
                            rollouts_per_example=a.group, micro_batch_size=a.batch_size, max_tokens=a.max_tokens,
                            max_seq_len=256, max_prompt_len=128, learning_rate=a.lr, lr_scheduler_type="constant",
-                           use_lora=a.lora, temperature=1.0, save_strategy="no", seed=a.seed, scale_rewards="none",
+                           use_lora=a.lora, temperature=1.0, save_strategy="no", seed=a.seed,
                            eval_num_examples=0, sample_log_interval=0, logging_steps=1, report_to="none",
                            disable_tqdm=True)
         trainer = vf.RLTrainer(model, train_env, args)

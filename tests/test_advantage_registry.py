@@ -72,29 +72,31 @@ def test_grpo_is_compute_advantages_exactly(scale):
 def test_grpo_config_checks_its_value_in_one_line():
     with pytest.raises(ValueError) as e:
         GRPOAdvantageConfig(scale_rewards="std")
-    assert str(e.value) == "scale_rewards='std' is not one of none, group, batch"
+    assert str(e.value) == "advantage.scale_rewards='std' is not one of none, group, batch"
 
 
 # --- the config surface -----------------------------------------------------------------------------------------------
 
 
-def test_rlconfig_default_is_grpo_and_the_top_level_scale_rewards_fills_it(tmp_path):
+def test_rlconfig_default_is_grpo_and_the_deprecated_top_level_scale_rewards_fills_it(tmp_path, monkeypatch):
     assert resolve_advantage(config(tmp_path)) == (get_advantage("grpo"), GRPOAdvantageConfig())
-    c = config(tmp_path, scale_rewards="group")
+    c = config(tmp_path, advantage={"scale_rewards": "group"})
+    assert resolve_advantage(c)[1] == GRPOAdvantageConfig(scale_rewards="group") and c.scale_rewards is None
+    monkeypatch.setattr("verifiers_rl.trainer.typed_table._WARNED", set())  # once per process: as if the first
+    with pytest.warns(FutureWarning, match="RLConfig's scale_rewards is deprecated: set advantage.scale_rewards"):
+        c = config(tmp_path, scale_rewards="group")
     assert resolve_advantage(c)[1] == GRPOAdvantageConfig(scale_rewards="group") and c.advantage is None
-    c = config(tmp_path, advantage={"type": "grpo", "scale_rewards": "batch"})
-    assert c.scale_rewards == "batch"  # the table fills the top-level key others read
     c = config(tmp_path, advantage={"type": "rloo"})
     spec, cfg = resolve_advantage(c)
     assert spec.name == "rloo" and cfg == RLOOAdvantageConfig()
     c = config(tmp_path, advantage=RLOOAdvantageConfig())  # notebook: the config object, kept as its table
     assert c.advantage == {"type": "rloo"}
     c = config(tmp_path, advantage=GRPOAdvantageConfig(scale_rewards="group"))
-    assert c.advantage == {"type": "grpo", "scale_rewards": "group"} and c.scale_rewards == "group"
+    assert c.advantage == {"type": "grpo", "scale_rewards": "group"} and c.scale_rewards is None
 
 
 def test_advantages_for_applies_the_chosen_estimator(tmp_path):
-    grpo = config(tmp_path, rollouts_per_example=4, batch_size=8, scale_rewards="group")
+    grpo = config(tmp_path, rollouts_per_example=4, batch_size=8, advantage={"scale_rewards": "group"})
     assert torch.equal(advantages_for(REWARDS, 4, grpo), compute_advantages(REWARDS, 4, "group"))
     rloo = config(tmp_path, rollouts_per_example=4, batch_size=8, advantage={"type": "rloo"})
     assert torch.equal(advantages_for(REWARDS, 4, rloo), rloo_advantages(REWARDS, 4, RLOOAdvantageConfig()))
@@ -111,8 +113,9 @@ def test_advantages_for_applies_the_chosen_estimator(tmp_path):
      "scale_rewards='group' applies to advantage.type 'grpo', not 'rloo'; remove it"),
     (dict(advantage={"scale_rewards": "batch"}, scale_rewards="group"),
      "scale_rewards='group' and advantage.scale_rewards='batch' are both set; keep one"),
-    (dict(advantage={"type": "grpo", "scale_rewards": "std"}), "scale_rewards='std' is not one of none, group, batch"),
-    (dict(scale_rewards="std"), "scale_rewards='std' is not one of none, group, batch"),
+    (dict(advantage={"type": "grpo", "scale_rewards": "std"}),
+     "advantage.scale_rewards='std' is not one of none, group, batch"),
+    (dict(scale_rewards="std"), "advantage.scale_rewards='std' is not one of none, group, batch"),
     (dict(advantage="rloo"), "advantage='rloo' must be a table with a 'type' key"),
     (dict(advantage={"type": "rloo"}, training_mode="sft", teacher_model="t", rollouts_per_example=1),
      "advantage.type='rloo' needs rollouts_per_example >= 2, got 1"),
@@ -131,7 +134,6 @@ def test_vf_rl_toml_and_command_line_reach_the_advantage_table(tmp_path):
                             "--output-dir", str(tmp_path / "o")])
     run = resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
     assert resolve_advantage(run.args)[1] == GRPOAdvantageConfig(scale_rewards="group")
-    assert run.args.scale_rewards == "group"
     raw["trainer"]["args"]["advantage"] = {"type": "rloo"}
     run = resolve_run(raw, {"output_dir": str(tmp_path / "o")}, check_environments=False)
     assert resolve_advantage(run.args)[0].name == "rloo"

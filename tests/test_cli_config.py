@@ -188,7 +188,8 @@ def test_one_entry_env_array_is_the_same_as_env_table():
     ({"micro_batch_size": 0}, "trainer.args.micro_batch_size: micro_batch_size=0 must be a positive integer"),
     ({"max_steps": -1}, "trainer.args.max_steps: max_steps=-1 must be a positive integer"),
     ({"use_lora": True, "lora_dropout": 1.0}, "trainer.args.lora_dropout: lora_dropout=1.0 must be in [0, 1)"),
-    ({"beta": -1.0}, "trainer.args.beta: beta=-1.0 must be >= 0"),
+    ({"loss": {"beta": -1.0}}, "trainer.args.loss: loss.beta=-1.0 must be >= 0"),
+    ({"loss": {"kl_tau": "x"}}, "trainer.args.loss: loss.kl_tau: expected float, got 'x'"),
     ({"temperature": -1.0}, "trainer.args.temperature: temperature=-1.0 must be >= 0"),
     ({"eval_temperature": -0.5}, "trainer.args.eval_temperature: eval_temperature=-0.5 must be >= 0"),
     ({"top_p": 0.0}, "trainer.args.top_p: top_p=0.0 must be in (0, 1]"),
@@ -202,11 +203,13 @@ def test_one_entry_env_array_is_the_same_as_env_table():
      "trainer.args.lora_target_modules: lora_target_modules is set but use_lora=False"),
     ({"use_lora": False, "lora_modules_to_save": ["lm_head"]},
      "trainer.args.lora_modules_to_save: lora_modules_to_save is set but use_lora=False"),
-    ({"scale_rewards": "std"}, "trainer.args.scale_rewards: scale_rewards='std' is not one of none, group, batch"),
+    ({"advantage": {"scale_rewards": "std"}},
+     "trainer.args.advantage: advantage.scale_rewards='std' is not one of none, group, batch"),
     ({"inference_backend": "sglang"},
      "trainer.args.inference_backend: inference_backend='sglang' is not one of auto, local, vllm"),
     ({"max_async_level": -1}, "trainer.args.max_async_level: max_async_level=-1 must be >= 0"),
-    ({"mask_ratio_low": 1.5}, "trainer.args.mask_ratio_low: mask_ratio_low=1.5 and mask_ratio_high=8.0 must satisfy"),
+    ({"loss": {"mask_ratio_low": 1.5}},
+     "trainer.args.loss: loss.mask_ratio_low=1.5 and loss.mask_ratio_high=8.0 must satisfy"),
     ({"gradient_accumulation_steps": 4},
      "trainer.args.gradient_accumulation_steps: gradient_accumulation_steps=4 must be 1"),
     ({"eval_strategy": "steps"}, "trainer.args.eval_strategy: eval_strategy='steps' must be 'no'"),
@@ -855,12 +858,20 @@ def test_dry_run_every_config_and_round_trip(path, tmp_path, capsys):
     from verifiers_rl.config.schema import rl_field_info
 
     info = rl_field_info()
-    missing = [n for n in info.own if n not in args and n not in ("per_device_train_batch_size",)]
+    from verifiers_rl.config.composition import RENAMED
+
+    deprecated = {old.rsplit(".", 1)[1] for old in RENAMED}  # unset: not written
+    missing = [n for n in info.own if n not in args and n not in ("per_device_train_batch_size", *deprecated)]
     assert missing == []
+    # the loss and the estimator are written as built, every key filled in
+    assert args["loss"]["type"] and "kl_tau" in args["loss"] or args["loss"]["type"] != "default"
+    assert args["advantage"]["type"]
     assert args["output_dir"] == str(first) and args["run_name"]
     source = tomllib.loads(path.read_text())
     for k, v in source.get("trainer", {}).get("args", {}).items():
-        if k != "output_dir":
+        if k in ("loss", "advantage"):  # the table as given, within the table as built
+            assert v.items() <= args[k].items(), k
+        elif k != "output_dir":
             assert args[k] == v, k
     # round trip: the resolved file is accepted back and resolves to the same thing
     second = tmp_path / "second"

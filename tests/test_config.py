@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
-from verifiers_rl.trainer.advantage_types.settings import SHARED_KEYS
+from verifiers_rl.trainer.advantage_types.settings import resolve_advantage
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.config import DEFAULT_LORA_TARGET_MODULES, RLConfig
 from verifiers_rl.trainer.loss import LossConfig
@@ -34,9 +34,8 @@ def test_defaults(tmp_path):
     assert (cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p, cfg.repetition_penalty) == (1.0, 1.0, None, 0.0, 1.0)
     assert (cfg.max_concurrent, cfg.max_async_level) == (1024, 1)
     assert cfg.mask_env_responses and not cfg.mask_truncated_completions and not cfg.zero_truncated_completions
-    assert (cfg.mask_ratio_low, cfg.mask_ratio_high, cfg.kl_tau, cfg.beta, cfg.scale_rewards) == (
-        0.125, 8.0, 0.0, 0.0, "none"
-    )
+    assert cfg.loss_config() == LossConfig(mask_ratio_low=0.125, mask_ratio_high=8.0, kl_tau=0.0, beta=0.0)
+    assert resolve_advantage(cfg)[1] == GRPOAdvantageConfig(scale_rewards="none")
     assert not cfg.gradient_checkpointing and not cfg.bf16
     assert cfg.report_to == [] and cfg.wandb is None
     assert cfg.run_name == "my-run"  # derived from output_dir
@@ -156,7 +155,7 @@ def test_vllm_server_urls_accepts_a_string(tmp_path):
         (dict(use_lora=True, lora_rank=0), r"lora_rank=0 must be >= 1"),
         (dict(use_lora=True, lora_alpha=0), r"lora_alpha=0 must be > 0"),
         (dict(use_lora=True, lora_dropout=1.0), r"lora_dropout=1.0 must be in \[0, 1\)"),
-        (dict(beta=-0.1), r"beta=-0.1 must be >= 0"),
+        (dict(loss={"beta": -0.1}), r"loss.beta=-0.1 must be >= 0"),
         (dict(temperature=-1.0), r"temperature=-1.0 must be >= 0 \(0: greedy sampling\)"),
         (dict(eval_temperature=-0.5), r"eval_temperature"),
         (dict(top_p=0.0), r"top_p"),
@@ -169,12 +168,12 @@ def test_vllm_server_urls_accepts_a_string(tmp_path):
         (dict(use_lora=False, lora_target_modules="all-linear"), r"lora_target_modules is set but use_lora=False"),
         (dict(use_lora=False, lora_modules_to_save=["lm_head"]), r"lora_modules_to_save is set but use_lora=False"),
         (dict(lora_target_modules=3), r"lora_target_modules=3 must be"),
-        (dict(scale_rewards="std"), r"scale_rewards='std' is not one of none, group, batch"),
+        (dict(advantage={"scale_rewards": "std"}), r"advantage.scale_rewards='std' is not one of none, group, batch"),
         (dict(inference_backend="sglang"), r"inference_backend='sglang' is not one of auto, local, vllm"),
         (dict(max_async_level=-1), r"max_async_level=-1 must be >= 0"),
-        (dict(mask_ratio_low=1.5), r"mask_ratio_low=1.5 and mask_ratio_high=8.0 must satisfy"),
-        (dict(mask_ratio_high=0.9), r"mask_ratio_high=0.9 must satisfy"),
-        (dict(mask_ratio_low=-0.1), r"mask_ratio_low=-0.1"),
+        (dict(loss={"mask_ratio_low": 1.5}), r"loss.mask_ratio_low=1.5 and loss.mask_ratio_high=8.0 must satisfy"),
+        (dict(loss={"mask_ratio_high": 0.9}), r"loss.mask_ratio_high=0.9 must satisfy"),
+        (dict(loss={"mask_ratio_low": -0.1}), r"loss.mask_ratio_low=-0.1"),
         (dict(gradient_accumulation_steps=4), r"gradient_accumulation_steps=4 must be 1"),
         (dict(eval_strategy="steps"), r"eval_strategy='steps' must be 'no'"),
         (dict(eval_steps=0), r"eval_steps=0"),
@@ -199,24 +198,46 @@ def test_bf16_constructs_on_cpu(tmp_path):
     assert cfg.bf16 and cfg.use_cpu
 
 
-@pytest.mark.parametrize("source", [LossConfig, BufferConfig, GRPOAdvantageConfig])
-def test_loss_and_buffer_settings_are_rl_config_fields(source, tmp_path):
-    """LossConfig / BufferConfig define their settings once: each is an RLConfig field with the same type, default and
-    help, and `loss_config()` / `buffer_config()` carry a run's values over."""
+def test_buffer_settings_are_rl_config_fields(tmp_path):
+    """BufferConfig defines its settings once: each is an RLConfig field with the same type, default and help, and
+    `buffer_config()` carries a run's values over."""
     rl_fields, rl_hints = {f.name: f for f in dataclasses.fields(RLConfig)}, typing.get_type_hints(RLConfig)
-    hints = typing.get_type_hints(source)
-    for f in dataclasses.fields(source):
-        if source is GRPOAdvantageConfig and f.name not in SHARED_KEYS:  # grpo's newer keys live in its table only
-            continue
+    hints = typing.get_type_hints(BufferConfig)
+    for f in dataclasses.fields(BufferConfig):
         rl = rl_fields[f.name]
         assert (rl.default, rl_hints[f.name]) == (f.default, hints[f.name]), f.name
         assert rl.metadata["help"] == f.metadata["help"] and f.metadata["help"], f.name
-    assert make(tmp_path).loss_config() == LossConfig() and make(tmp_path).buffer_config() == BufferConfig()
-    cfg = make(tmp_path, kl_tau=0.01, beta=0.1, online_difficulty_filtering=True, oversampling_factor=2.0,
-               easy_threshold=0.9, hard_fraction=0.5)
-    assert cfg.loss_config() == LossConfig(kl_tau=0.01, beta=0.1)
+    assert make(tmp_path).buffer_config() == BufferConfig()
+    cfg = make(tmp_path, online_difficulty_filtering=True, oversampling_factor=2.0, easy_threshold=0.9,
+               hard_fraction=0.5)
     assert cfg.buffer_config() == BufferConfig(online_difficulty_filtering=True, oversampling_factor=2.0,
                                                easy_threshold=0.9, hard_fraction=0.5)
+
+
+DEPRECATED = [("mask_ratio_low", "loss", 0.2), ("mask_ratio_high", "loss", 4.0), ("kl_tau", "loss", 0.01),
+              ("beta", "loss", 0.1), ("scale_rewards", "advantage", "group")]
+
+
+@pytest.mark.parametrize("key, section, value", DEPRECATED, ids=[d[0] for d in DEPRECATED])
+def test_a_deprecated_top_level_loss_key_warns_once_and_builds_what_the_table_builds(tmp_path, monkeypatch, key,
+                                                                                      section, value):
+    """One spelling per knob: `loss.<key>` / `advantage.scale_rewards`. The top-level spelling still works for one
+    release: one FutureWarning per process naming the new spelling, pointing at the caller's line, and the same
+    config as the table's."""
+    from verifiers_rl.trainer import typed_table
+
+    monkeypatch.setattr(typed_table, "_WARNED", set())
+    new = make(tmp_path, **{section: {key: value}})
+    with pytest.warns(FutureWarning) as caught:
+        old = make(tmp_path, **{key: value})
+        make(tmp_path, **{key: value})  # a second RLConfig in the same process: no second warning
+    assert len(caught) == 1 and caught[0].filename == __file__, [str(w.message) for w in caught]
+    assert f"RLConfig's {key} is deprecated: set {section}.{key} instead" in str(caught[0].message)
+    built = (lambda c: c.loss_config()) if section == "loss" else (lambda c: resolve_advantage(c)[1])
+    assert built(old) == built(new) and getattr(built(new), key) == value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        make(tmp_path, **{section: {key: value}})  # the table's spelling: no warning
 
 
 def test_the_weight_transfer_help_names_every_valid_value():

@@ -56,10 +56,11 @@ def test_unknown_type_is_one_line_listing_the_registered_ones():
 
 
 @pytest.mark.parametrize("cls, kw, match", [
-    (LossConfig, dict(mask_ratio_low=1.5), "mask_ratio_low=1.5 and mask_ratio_high=8.0 must satisfy 0 <= low < 1"),
-    (LossConfig, dict(mask_ratio_high=0.9), "mask_ratio_high=0.9 must satisfy"),
-    (LossConfig, dict(kl_tau=-1.0), "kl_tau=-1.0 must be >= 0"),
-    (LossConfig, dict(beta=-0.5), "beta=-0.5 must be >= 0"),
+    (LossConfig, dict(mask_ratio_low=1.5),
+     "loss.mask_ratio_low=1.5 and loss.mask_ratio_high=8.0 must satisfy 0 <= low < 1"),
+    (LossConfig, dict(mask_ratio_high=0.9), "loss.mask_ratio_high=0.9 must satisfy"),
+    (LossConfig, dict(kl_tau=-1.0), "loss.kl_tau=-1.0 must be >= 0"),
+    (LossConfig, dict(beta=-0.5), "loss.beta=-0.5 must be >= 0"),
     (DAPOLossConfig, dict(epsilon_low=1.0), r"loss.epsilon_low=1.0 must be in \[0, 1\) \(TRL's epsilon: 0.2\)"),
     (DAPOLossConfig, dict(epsilon_high=0.0), r"loss.epsilon_high=0.0 must be > 0"),
 ])
@@ -142,17 +143,20 @@ def test_each_loss_names_the_tokens_it_leaves_out_and_the_token_export_writes_th
 # --- the config surface ------------------------------------------------------------------------------------------------
 
 
-def test_rlconfig_loss_table_config_object_and_the_older_top_level_keys(tmp_path):
+def test_rlconfig_loss_table_config_object_and_the_deprecated_top_level_keys(tmp_path, monkeypatch):
     assert config(tmp_path).loss_config() == LossConfig()
-    assert config(tmp_path, kl_tau=0.01, beta=0.1).loss_config() == LossConfig(kl_tau=0.01, beta=0.1)
+    assert config(tmp_path, loss={"kl_tau": 0.01, "beta": 0.1}).loss_config() == LossConfig(kl_tau=0.01, beta=0.1)
+    monkeypatch.setattr("verifiers_rl.trainer.typed_table._WARNED", set())  # once per process: as if the first
+    with pytest.warns(FutureWarning, match="RLConfig's kl_tau is deprecated: set loss.kl_tau instead"):
+        assert config(tmp_path, kl_tau=0.01, beta=0.1).loss_config() == LossConfig(kl_tau=0.01, beta=0.1)
     c = config(tmp_path, loss={"type": "dapo", "epsilon_high": 0.3})
     assert c.loss_config() == DAPOLossConfig(epsilon_high=0.3)
     c = config(tmp_path, loss=DAPOLossConfig(epsilon_low=0.1))  # notebook: the config object, kept as its table
     assert c.loss == {"type": "dapo", "epsilon_low": 0.1, "epsilon_high": 0.28, "beta": 0.0,  # a None default: left out
                       "importance_sampling_mode": "none", "importance_sampling_clip_max": 3.0}
     assert c.loss_config() == DAPOLossConfig(epsilon_low=0.1)
-    c = config(tmp_path, loss={"type": "default", "beta": 0.2})  # the table fills the top-level key others read
-    assert c.beta == 0.2 and c.loss_config() == LossConfig(beta=0.2)
+    c = config(tmp_path, loss={"type": "default", "beta": 0.2})
+    assert c.beta is None and c.loss_config() == LossConfig(beta=0.2)
     for mode in ("opd", "sft"):  # each mode's own loss when loss.type is not set
         spec, _ = resolve_loss(config(tmp_path, training_mode=mode, teacher_model="t", rollouts_per_example=1))
         assert spec.name == mode
@@ -365,7 +369,7 @@ def test_a_setting_error_names_its_key_without_reading_the_message(tmp_path, mon
     monkeypatch.syspath_prepend(str(tmp_path))
     base = {"output_dir": str(tmp_path / "o"), "batch_size": 16, "micro_batch_size": 8, "rollouts_per_example": 8}
     for extra, key in [({"top_p": 0.0}, "top_p"), ({"training_mode": "opd"}, "training_mode"),
-                       ({"loss": {"type": "dapo", "epsilon_low": 2.0}}, "loss"), ({"kl_tau": -1.0}, "kl_tau"),
+                       ({"loss": {"type": "dapo", "epsilon_low": 2.0}}, "loss"), ({"loss": {"kl_tau": -1.0}}, "loss"),
                        ({"loss": {"type": "quiet_objectives:LOSS", "scale": 0}}, "loss"),
                        ({"advantage": {"type": "rloo"}, "rollouts_per_example": 1}, "rollouts_per_example")]:
         with pytest.raises(SettingError) as raised:

@@ -200,7 +200,7 @@ def test_opd_with_a_served_teacher_and_two_weighted_sources(tmp_path):
     assert native["teacher"] == {"url": "http://teacher:8000/v1", "name": "Qwen/Qwen3-8B",
                                  "api_key_var": "TEACHER_KEY"}
     assert [(e["id"], e["ratio"]) for e in native["env"]] == [("reverse-text", 3.0), ("gsm8k", 1.0)]
-    assert native["trainer"]["args"]["kl_tau"] == 0.002
+    assert native["trainer"]["args"]["loss"] == {"kl_tau": 0.002}
 
 
 @pytest.mark.parametrize("edit, expected", [

@@ -158,7 +158,8 @@ def test_sft_samples_train_only_the_assistant_turns_of_a_multi_turn_tool_rollout
     (dict(training_mode="sft", teacher_model="a", teacher_url="http://x/v1"), "both set"),
     (dict(teacher_model="a"), "teacher_model is set but training_mode='rl'"),
     (dict(training_mode="distill"), "training_mode='distill' is not one of rl, opd, sft"),
-    (dict(training_mode="opd", teacher_model="a", beta=0.1), "beta applies to training_mode='rl'"),
+    (dict(training_mode="opd", teacher_model="a", loss={"beta": 0.1}), "loss.beta applies to training_mode='rl'"),
+    (dict(training_mode="opd", teacher_model="a", beta=0.1), "beta applies to training_mode='rl'"),  # deprecated
     (dict(training_mode="opd", teacher_model="a", sft_min_reward=0.5), "sft_min_reward applies to"),
     (dict(training_mode="sft", teacher_model="a", teacher_model_name="m"), "teacher_model_name names the model"),
 ])
@@ -380,7 +381,7 @@ save_steps = 100
 def test_rl_mode_keeps_its_reference_kl_through_the_mode_object(tiny_model_dir, tmp_path, use_lora):
     """beta > 0 in rl: the reference log-probs (the base under the adapter, or the frozen copy) reach the loss."""
     trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(
-        tmp_path, max_steps=1, batch_size=4, micro_batch_size=4, max_tokens=8, beta=0.1, use_lora=use_lora,
+        tmp_path, max_steps=1, batch_size=4, micro_batch_size=4, max_tokens=8, loss={"beta": 0.1}, use_lora=use_lora,
         **({"lora_rank": 4} if use_lora else {})))
     try:
         trainer.train()

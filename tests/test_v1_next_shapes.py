@@ -64,7 +64,7 @@ def test_a_dropped_trace_trains_no_token_and_counts_in_no_reward_mean():
     assert summary["metrics/exact"] == 2 / 3
     rewards = torch.tensor([s["reward"] for s in states])
     kept = [not s["dropped"] for s in states]
-    adv = advantages_for(rewards, 2, SimpleNamespace(advantage=None, scale_rewards="none"), kept)
+    adv = advantages_for(rewards, 2, SimpleNamespace(advantage=None), kept)
     # group 0's baseline is its one kept rollout (advantage 0), not the mean with the dropped one (+0.5)
     assert adv.tolist() == [0.0, 0.0, -0.5, 0.5]
     samples = build_samples(states, adv.tolist(), max_seq_len=64)

@@ -85,7 +85,7 @@ RULES: list[Rule] = [
     Rule("orchestrator.algo.teacher", "[teacher]", "opd: `base_url` → url, `name` → name, `api_key_var` as is"),
     Rule("orchestrator.algo.sampling.source", "[teacher]", "sft: a frozen model (`base_url`, `name`) generates "
          "the rollouts; 'policy' (the default) is not a teacher"),
-    Rule("trainer.loss", "trainer.args.kl_tau", "type 'default': kl_tau as is (dppo_mask_* and adv_tau at their "
+    Rule("trainer.loss", "trainer.args.loss.kl_tau", "type 'default': kl_tau as is (dppo_mask_* and adv_tau at their "
          "defaults; this trainer masks by importance ratio: mask_ratio_low/high); ipo and custom not supported yet"),
     Rule("trainer.optim.lr", "trainer.args.learning_rate", f"default {PRIME_RL_DEFAULTS['learning_rate']}"),
     Rule("trainer.optim.weight_decay", "trainer.args.weight_decay", f"default {PRIME_RL_DEFAULTS['weight_decay']}"),
@@ -352,11 +352,13 @@ def _loss(r: _Reader, o: _Out) -> None:
     kind = loss.pop("type", "default")
     if kind != "default":
         raise ConfigError(f"trainer.loss.type: {kind!r} is not supported yet by the local trainer (default)")
-    o.arg("kl_tau", loss.pop("kl_tau", None), "trainer.loss.kl_tau")
+    kl_tau = loss.pop("kl_tau", None)
+    if kl_tau is not None:
+        o.arg("loss", {"kl_tau": kl_tau}, "trainer.loss.kl_tau")
     for key, default in (("dppo_mask_low", 0.2), ("dppo_mask_high", 0.2), ("adv_tau", 1.0)):
         if loss.get(key, default) != default:
-            raise ConfigError(f"trainer.loss.{key}: not supported yet by the local trainer (its loss masks tokens "
-                              "by importance ratio: trainer.args.mask_ratio_low / mask_ratio_high in a vf-rl config)")
+            raise ConfigError(f"trainer.loss.{key}: not supported yet by the local trainer (its loss masks tokens by "
+                              "importance ratio: trainer.args.loss.mask_ratio_low / mask_ratio_high in a vf-rl config)")
         loss.pop(key, None)
     _rest("trainer.loss", loss)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from verifiers_rl.config import hosted as hosted_mod
-from verifiers_rl.config.composition import compose
+from verifiers_rl.config.composition import RENAMED, compose
 from verifiers_rl.config.loading import ConfigError, parse_args, read_env_file
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, RunConfig
 from verifiers_rl.config.trainer_args import build_rl_config, rl_field_info
@@ -143,8 +143,12 @@ def resolved_trainer_args(args: Any, user: dict[str, Any]) -> dict[str, Any]:
     for name in order:
         if name in _SKIP_FIELDS or (name in _DERIVED_FIELDS and name not in user):
             continue
+        if f"trainer.args.{name}" in RENAMED and getattr(args, name, None) is None:
+            continue  # a deprecated spelling, unset
         if name in _UNRESOLVED_FIELDS:
             value = user.get(name, info.defaults.get(name))
+        elif name in ("loss", "advantage"):
+            value = _built_table(args, name)
         else:
             value = getattr(args, name, _SKIP)
         value = _plain(value)
@@ -152,6 +156,18 @@ def resolved_trainer_args(args: Any, user: dict[str, Any]) -> dict[str, Any]:
             continue
         out[name] = value
     return out
+
+
+def _built_table(args: Any, section: str) -> dict[str, Any]:
+    """The run's loss or estimator as the table it was built from, every key filled in (a type given by import
+    path keeps its path)."""
+    from verifiers_rl.trainer.advantage_types.settings import resolve_advantage
+    from verifiers_rl.trainer.losses.settings import resolve_loss
+    from verifiers_rl.trainer.typed_table import as_table
+
+    spec, config = (resolve_loss if section == "loss" else resolve_advantage)(args)
+    given = getattr(args, section)
+    return as_table(given.get("type") or spec.name if isinstance(given, dict) else spec.name, config)
 
 
 def resolved_dict(run: ResolvedRun) -> dict[str, Any]:

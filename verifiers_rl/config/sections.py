@@ -7,14 +7,13 @@ pydantic ValidationError into `key.path: what is wrong (and the fix)`.
 from __future__ import annotations
 
 import difflib
-import enum
-import types
 import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
+from verifiers_rl.value_check import describe_type, type_error  # noqa: F401  (re-exported: the config's names)
 
 
 class Section(BaseModel):
@@ -167,32 +166,6 @@ OPTIONAL_SECTIONS = {"tiny_model", "warmup", "eval"}
 
 
 # --- one-line errors -------------------------------------------------------------------------------------------------
-
-
-def describe_type(tp: Any) -> str:
-    """A short human name for a type annotation: 'int', 'int or list of int', 'str or None'."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return "any value"
-    if origin in (typing.Union, types.UnionType):
-        parts = [describe_type(a) for a in args if a is not type(None)]
-        s = " or ".join(dict.fromkeys(parts))
-        return s + ' or "None"' if type(None) in args else s
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if tp is bool:
-        return "bool (true/false)"
-    if tp in (int, float, str):
-        return tp.__name__
-    if origin is list or tp is list:
-        return f"list of {describe_type(args[0])}" if args else "list"
-    if origin is dict or tp is dict:
-        return "table"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "one of " + ", ".join(repr(m.value) for m in tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return "table"
-    return getattr(tp, "__name__", str(tp))
 
 
 def _unwrap_model(ann: Any) -> Any:

@@ -3,56 +3,13 @@ and RLConfig's own errors mapped to `trainer.args.<field>`."""
 
 from __future__ import annotations
 
-import enum
-import functools
-import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from verifiers_rl.config.loading import ConfigError
-from verifiers_rl.config.sections import close_match, describe_type
-
-
-def _toml_type(tp: Any) -> Any:
-    """The annotation as a TOML/CLI value must match it (pydantic validates against this, strictly): an enum takes
-    its values (strings; `Enum | str` only those); a table's values and a class that is not a builtin (accelerate's
-    ParallelismConfig) are left to RLConfig itself."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return Literal[tuple(m.value for m in tp)]
-    if origin in (typing.Union, types.UnionType):
-        if str in args and any(isinstance(a, type) and issubclass(a, enum.Enum) for a in args):
-            args = tuple(a for a in args if a is not str)
-        return typing.Union[tuple(_toml_type(a) for a in args)]
-    if origin is list and args:
-        return list[_toml_type(args[0])]  # type: ignore[misc]
-    if origin is dict:
-        return dict  # any table: RLConfig checks what it reads from one (wandb's keys)
-    if isinstance(tp, type) and tp.__module__ != "builtins":
-        return Any
-    return tp
-
-
-@functools.lru_cache(maxsize=None)
-def _adapter(tp: Any) -> Any:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(_toml_type(tp))
-
-
-def _type_error(value: Any, tp: Any) -> str | None:
-    """What is wrong with a TOML/CLI value for a field annotated `tp` (None: nothing)."""
-    from pydantic import ValidationError
-
-    try:
-        _adapter(tp).validate_python(value, strict=True)
-    except ValidationError:
-        enums = [a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, enum.Enum)]
-        if isinstance(value, str) and len(enums) == 1 and str in typing.get_args(tp):  # `Enum | str`
-            return f"{value!r} is not one of {', '.join(repr(m.value) for m in enums[0])}"
-        return f"expected {describe_type(tp)}, got {value!r}"
-    return None
+from verifiers_rl.config.sections import close_match
+from verifiers_rl.value_check import type_error
 
 
 @dataclass
@@ -117,7 +74,7 @@ def check_trainer_args(args: dict[str, Any]) -> None:
             close = close_match(k, info.own) or close_match(k, info.names)
             hint = f" (did you mean trainer.args.{close}?)" if close else ""
             raise ConfigError(f"trainer.args.{k}: unknown key{hint}")
-        bad = _type_error(v, info.types[k])
+        bad = type_error(v, info.types[k])
         if bad:
             raise ConfigError(f"trainer.args.{k}: {bad}")
 

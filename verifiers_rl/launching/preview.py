@@ -35,6 +35,7 @@ def add_memory_line(plan: RunPlan, cfg: Any, gpu_gb: float | None = None) -> Non
         return
     from verifiers_rl.plan.hardware import gpu_memory_gb
     from verifiers_rl.plan.memory import estimate_line, model_shape
+    from verifiers_rl.trainer.losses.settings import reference_beta
 
     a = rl_args_view(cfg, plan)
     gpu_gb = gpu_gb or gpu_memory_gb()
@@ -42,7 +43,7 @@ def add_memory_line(plan: RunPlan, cfg: Any, gpu_gb: float | None = None) -> Non
     line, _ = estimate_line(
         model_shape(str(cfg.model)), str(cfg.model), use_lora=bool(a.use_lora), half=bool(a.bf16 or a.fp16),
         micro_batch=int(a.micro_batch_size), seq_len=int(a.max_seq_len), checkpointing=bool(a.gradient_checkpointing),
-        lora_rank=int(a.lora_rank), reference=not a.use_lora and float(a.beta) > 0, share=share, gpu_gb=gpu_gb)
+        lora_rank=int(a.lora_rank), reference=not a.use_lora and reference_beta(a) > 0, share=share, gpu_gb=gpu_gb)
     plan.lines.append(line)
 
 

@@ -10,11 +10,9 @@ from transformers import TrainingArguments
 from verifiers_rl.errors import SettingError
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
 from verifiers_rl.plan.sampling import training_problem
-from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.settings import check_advantage
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
-from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses.settings import check_loss, resolve_loss
 from verifiers_rl.trainer.modes import ModeConfig, mode_problem
 from verifiers_rl.trainer.run_settings import resolve_run_settings, wandb_problem
@@ -27,11 +25,18 @@ _Settings = TypeVar("_Settings")
 
 
 def _setting(source: type, name: str) -> Any:
-    """RLConfig's field for a setting that `source` (LossConfig, BufferConfig) defines: its default and help."""
+    """RLConfig's field for a setting that `source` (BufferConfig, ModeConfig) defines: its default and help."""
     f = source.__dataclass_fields__[name]  # type: ignore[attr-defined]
     if f.default_factory is not MISSING:
         return field(default_factory=f.default_factory, metadata=dict(f.metadata))
     return field(default=f.default, metadata=dict(f.metadata))
+
+
+def _deprecated(section: str, name: str) -> Any:
+    """RLConfig's field for a deprecated spelling of ``<section>.<name>``: None (unset); set, it fills that key with
+    one warning (``typed_table.build_config``)."""
+    return field(default=None, metadata={"help": f"Deprecated: set {section}.{name} instead (this spelling keeps "
+                                                 "working for one release, with a warning)."})
 
 
 def field_default(f: Any) -> Any:
@@ -141,19 +146,21 @@ class RLConfig(CheckpointSettings, TrainingArguments):
     )
 
     # --- Loss --------------------------------------------------------------------------------------------------------
-    # mask_ratio_low, mask_ratio_high, kl_tau, beta: defined (default, help) in trainer/loss.py's LossConfig
-    mask_ratio_low: float = _setting(LossConfig, "mask_ratio_low")
-    mask_ratio_high: float = _setting(LossConfig, "mask_ratio_high")
-    kl_tau: float = _setting(LossConfig, "kl_tau")
-    beta: float = _setting(LossConfig, "beta")
+    # deprecated spellings of loss.<key> and advantage.scale_rewards, kept for one release (trainer/typed_table.py)
+    mask_ratio_low: float | None = _deprecated("loss", "mask_ratio_low")
+    mask_ratio_high: float | None = _deprecated("loss", "mask_ratio_high")
+    kl_tau: float | None = _deprecated("loss", "kl_tau")
+    beta: float | None = _deprecated("loss", "beta")
     loss: dict[str, Any] | None = field(default=None, metadata={
         "help": "The loss: a table with 'type' (default, dapo, and TRL's grpo, bnpo, dr_grpo, cispo, sapo, luspo, "
                 "vespo; opd and sft for those modes; None: the mode's own) and "
-                "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}. docs/training.md#choosing-a-loss"})
-    scale_rewards: str = _setting(GRPOAdvantageConfig, "scale_rewards")  # grpo's key (trainer/advantage_types/)
+                "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}, {kl_tau = 0.001, beta = 0.04} (the "
+                "default loss's mask_ratio_low, mask_ratio_high, kl_tau, beta). docs/training.md#choosing-a-loss"})
+    scale_rewards: str | None = _deprecated("advantage", "scale_rewards")
     advantage: dict[str, Any] | None = field(default=None, metadata={
         "help": "The advantage estimator: a table with 'type' (grpo, rloo, max_rl; None: grpo) and its keys, e.g. "
-                "{type = 'rloo'}, {type = 'grpo', length_penalty = {}}. "
+                "{type = 'rloo'}, {scale_rewards = 'group'} (grpo: none, group or batch), "
+                "{type = 'grpo', length_penalty = {}}. "
                 "docs/training.md#choosing-an-advantage-estimator"})
 
     # --- Training mode (rl | opd | sft) and the teacher: defined (default, help) in trainer/modes.py's ModeConfig --

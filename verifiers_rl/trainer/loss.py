@@ -39,8 +39,8 @@ def masked_extreme(values: torch.Tensor, mask: torch.Tensor, largest: bool) -> t
 
 @dataclass
 class LossConfig:
-    """Knobs of the default loss. These fields, their defaults and help are defined here once: ``RLConfig`` takes its
-    loss settings from them (``RLConfig.loss_config()`` builds this object from a run's values)."""
+    """Knobs of the default loss: the keys of ``loss`` (``[trainer.args.loss]``) with ``type = "default"`` (and
+    ``opd``'s); ``RLConfig.loss_config()`` builds this object from a run's values."""
 
     mask_ratio_low: float = field(
         default=0.125, metadata={"help": "Tokens whose importance ratio trainer/sampler is below this get no loss."}
@@ -58,14 +58,14 @@ class LossConfig:
     def __post_init__(self) -> None:
         if not (0 <= self.mask_ratio_low < 1 < self.mask_ratio_high):
             raise SettingError(
-                "mask_ratio_low",
-                f"mask_ratio_low={self.mask_ratio_low} and mask_ratio_high={self.mask_ratio_high} must satisfy "
-                "0 <= low < 1 < high (defaults 0.125 and 8.0)")
+                "loss",
+                f"loss.mask_ratio_low={self.mask_ratio_low} and loss.mask_ratio_high={self.mask_ratio_high} must "
+                "satisfy 0 <= low < 1 < high (defaults 0.125 and 8.0)")
         if not self.kl_tau >= 0:
-            raise SettingError("kl_tau",
-                               f"kl_tau={self.kl_tau} must be >= 0 (0: no log-ratio penalty; prime-rl uses 1e-3)")
+            raise SettingError("loss",
+                               f"loss.kl_tau={self.kl_tau} must be >= 0 (0: no log-ratio penalty; prime-rl uses 1e-3)")
         if not self.beta >= 0:
-            raise SettingError("beta", f"beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
+            raise SettingError("loss", f"loss.beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
 
 
 @dataclass

@@ -64,9 +64,14 @@ def mode_problem(c: Any, name: Any = str) -> tuple[str, str] | None:
                                       f"remove it or set {url}")
     if c.sft_min_reward is not None and mode != "sft":
         return "sft_min_reward", f"{name('sft_min_reward')} applies to training_mode='sft', not {mode!r}; remove it"
-    for field_name, active in (("beta", c.beta > 0), ("online_difficulty_filtering", c.online_difficulty_filtering)):
+    loss = getattr(c, "loss", None)
+    in_table = loss.get("beta") if isinstance(loss, dict) else getattr(loss, "beta", None)
+    in_table = isinstance(in_table, (int, float)) and in_table > 0  # a wrong type: the loss's own check names it
+    for field_name, key, active in (("beta", "beta", (c.beta or 0) > 0), ("loss", "loss.beta", in_table),
+                                    ("online_difficulty_filtering", "online_difficulty_filtering",
+                                     c.online_difficulty_filtering)):
         if active:
-            return field_name, f"{name(field_name)} applies to training_mode='rl' (rewards), not {mode!r}; remove it"
+            return field_name, f"{name(key)} applies to training_mode='rl' (rewards), not {mode!r}; remove it"
     return None
 
 

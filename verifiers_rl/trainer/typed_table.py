@@ -1,45 +1,93 @@
 """A registered kind's config from its settings table: the one rule ``loss`` and ``advantage`` share. The table
-holds the chosen type's own keys; RLConfig's older top-level keys fill the same-named key of the chosen type."""
+holds the chosen type's own keys. RLConfig's older top-level spellings of some of them (``kl_tau`` for
+``loss.kl_tau``, ...) are deprecated: set, one fills the chosen type's key with one warning."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import sys
+import warnings
 import weakref
 from typing import Any, Callable, Iterable
 
 from verifiers_rl.errors import SettingError
 
 
-def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared: dict[str, Any],
+def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared: Iterable[str],
                  names: Iterable[str], config_of: Callable[[str], type]) -> Any:
     """Type ``name``'s config (``config_of(name)``; ``section`` e.g. loss, type dapo) built from ``table`` (its keys,
-    ``type`` removed) and the top-level keys ``shared`` (key -> default) read from ``c``; ``names``: the registered
-    types. An unknown key, a top-level key the type lacks, or one key set twice differently: one line."""
+    ``type`` removed) and the deprecated top-level keys ``shared`` read from ``c`` (None: unset); ``names``: the
+    registered types. An unknown key, a top-level key the type lacks, or one key set twice differently: one line."""
     config = config_of(name)
     own = [f.name for f in dataclasses.fields(config)]
     for key in table:
         if key not in own:
             raise SettingError(section, f"{section}.{key} is not a key of {section} type {name!r}; its keys: "
                              f"{', '.join(own) or 'none'}")
-    values = {}
-    for key, default in shared.items():
-        top = getattr(c, key, default)
-        if key in own:
-            if key in table and top != default and top != table[key]:
-                raise SettingError(key, f"{key}={top!r} and {section}.{key}={table[key]!r} are both set; keep one")
-            values[key] = table.get(key, top)
-        elif top != default:
+    values = dict(table)
+    for key in shared:
+        top = getattr(c, key, None)
+        if top is None:
+            continue
+        deprecated_spelling(section, key)
+        if key not in own:
             users = [n for n in names if key in {f.name for f in dataclasses.fields(config_of(n))}]
             which = repr(users[0]) if len(users) == 1 else f"one of {', '.join(users)}"
             raise SettingError(key, f"{key}={top!r} applies to {section}.type {which}, not {name!r}; remove it")
-    values.update(table)
+        if key in table and top != table[key]:
+            raise SettingError(key, f"{key}={top!r} and {section}.{key}={table[key]!r} are both set; keep one")
+        values[key] = top
+    _check_types(section, config, values)
     try:
         return config(**values)
     except SettingError:
         raise
     except (ValueError, TypeError) as e:  # a config's own check (one from outside the package too): the table's
         raise SettingError(section, str(e)) from None
+
+
+def _check_types(section: str, config: type, values: dict[str, Any]) -> None:
+    """Each value against its field's annotation, as [trainer.args] values are checked (config/trainer_args.py)."""
+    import typing
+
+    from verifiers_rl.value_check import type_error
+
+    try:
+        hints = typing.get_type_hints(config)
+    except Exception:  # an annotation that cannot be evaluated (a config from outside): its own checks decide
+        return
+    for key, value in values.items():
+        bad = type_error(value, hints.get(key, Any))
+        if bad:
+            raise SettingError(section, f"{section}.{key}: {bad}")
+
+
+_WARNED: set[str] = set()
+
+
+def deprecated_spelling(section: str, key: str) -> None:
+    """One warning per process for RLConfig's deprecated top-level ``key``, now ``<section>.<key>`` (a
+    FutureWarning, as transformers warns of its renamed arguments). vf-rl moves a config's old key before RLConfig
+    sees it (config/composition.py: RENAMED), so a run's worker processes never see it."""
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(f"RLConfig's {key} is deprecated: set {section}.{key} instead ({section}={{{key!r}: ...}}, "
+                  f"[trainer.args.{section}] {key} = ... in a vf-rl config); it keeps working for this release",
+                  FutureWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stack level of the first frame outside this package (and dataclasses' generated ``__init__``): the
+    line that built the RLConfig, which the warning names."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(2), 2  # the frame warn()'s stacklevel=2 names
+    while frame is not None and (frame.f_code.co_filename.startswith(package)
+                                 or frame.f_code.co_filename == "<string>"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def table_of(value: Any, configs: dict[str, type]) -> dict[str, Any] | None:
@@ -56,16 +104,17 @@ def table_of(value: Any, configs: dict[str, type]) -> dict[str, Any] | None:
     return None
 
 
-def store_back(c: Any, section: str, name: str, config: Any, shared: Iterable[str]) -> None:
-    """After the check: a config object given as ``c.<section>`` is kept as its table (JSON, TOML), and the top-level
-    keys take the chosen type's values, so whoever reads them (``c.beta``: the reference model) sees those."""
+def store_back(c: Any, section: str, name: str, config: Any) -> None:
+    """After the check: a config object given as ``c.<section>`` is kept as its table (JSON, TOML)."""
     if getattr(c, section) is not None and not isinstance(getattr(c, section), dict):
-        # a None left at its None default is omitted: TOML has no null
-        unset = {f.name for f in dataclasses.fields(config) if f.default is None and getattr(config, f.name) is None}
-        setattr(c, section, {"type": name, **{k: v for k, v in dataclasses.asdict(config).items() if k not in unset}})
-    for key in shared:
-        if hasattr(config, key):
-            setattr(c, key, getattr(config, key))
+        setattr(c, section, as_table(name, config))
+
+
+def as_table(name: str, config: Any) -> dict[str, Any]:
+    """Type ``name``'s built ``config`` as a settings table; a None left at its None default is omitted (TOML has
+    no null)."""
+    unset = {f.name for f in dataclasses.fields(config) if f.default is None and getattr(config, f.name) is None}
+    return {"type": name, **{k: v for k, v in dataclasses.asdict(config).items() if k not in unset}}
 
 
 def registered(section: str, name: Any, registry: dict[str, str], spec_type: type, default_attr: str) -> Any:

@@ -27,9 +27,8 @@ class GRPOAdvantageConfig:
     def __post_init__(self) -> None:
         self.length_penalty = length_penalty_config(self.length_penalty)
         if self.scale_rewards not in SCALE_REWARDS_CHOICES:
-            # named as the top-level key it has always been (RLConfig.scale_rewards fills it)
-            raise SettingError("scale_rewards",
-                               f"scale_rewards={self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS_CHOICES)}")
+            raise SettingError("advantage", f"advantage.scale_rewards={self.scale_rewards!r} is not one of "
+                                            f"{', '.join(SCALE_REWARDS_CHOICES)}")
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int, config: GRPOAdvantageConfig,

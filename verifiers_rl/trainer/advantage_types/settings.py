@@ -1,23 +1,21 @@
 """A run's advantage estimator from its settings: ``RLConfig.advantage`` (``[trainer.args.advantage]``: ``type`` and
-that estimator's own keys) and RLConfig's top-level ``scale_rewards`` (older than the table: it keeps working and
-fills the chosen estimator's key of the same name). :func:`advantages_for` is the one place a run's advantages
-are computed."""
+that estimator's own keys; RLConfig's top-level ``scale_rewards``, a deprecated spelling of
+``advantage.scale_rewards``, fills grpo's key with one warning). :func:`advantages_for` is the one place a run's
+advantages are computed."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 
 from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
-from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths
 from verifiers_rl.trainer.typed_table import build_config, built_once, keep, store_back, table_of
 
-# RLConfig's top-level advantage key: grpo's scale_rewards (RLConfig takes it from its config)
-SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(GRPOAdvantageConfig) if f.name == "scale_rewards"}
+# RLConfig's deprecated top-level advantage key: grpo's
+SHARED_KEYS = ("scale_rewards",)
 
 
 def advantage_table(advantage: Any) -> dict[str, Any]:
@@ -31,7 +29,7 @@ def advantage_table(advantage: Any) -> dict[str, Any]:
 
 
 def _inputs(c: Any) -> tuple:
-    return getattr(c, "advantage", None), [getattr(c, k, d) for k, d in SHARED_KEYS.items()]
+    return getattr(c, "advantage", None), [getattr(c, k, None) for k in SHARED_KEYS]
 
 
 def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
@@ -49,15 +47,15 @@ def _build(c: Any) -> tuple[AdvantageSpec, Any]:
 
 
 def check_advantage(c: Any) -> None:
-    """Build the run's estimator config once (one line on a bad type, key or value; a group too small for it) and
-    set the top-level keys from the table."""
+    """Build the run's estimator config once (one line on a bad type, key or value; a group too small for it); a
+    config object given as ``c.advantage`` is kept as its table."""
     spec, config = resolve_advantage(c)
     group = getattr(c, "rollouts_per_example", spec.min_group_size)
     if group < spec.min_group_size:
         raise SettingError("advantage",
                            f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
                            f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
-    store_back(c, "advantage", spec.name, config, SHARED_KEYS)
+    store_back(c, "advantage", spec.name, config)
     keep(c, "_built_advantage", _inputs(c), (spec, config))  # the settings as stored back build the same
 
 

@@ -1,6 +1,6 @@
-"""A run's loss from its settings: ``RLConfig.loss`` (``[trainer.args.loss]``: ``type`` and that loss's own keys)
-and RLConfig's top-level loss keys (``mask_ratio_low``, ``mask_ratio_high``, ``kl_tau``, ``beta``: older than the
-table, they keep working and fill the chosen loss's key of the same name)."""
+"""A run's loss from its settings: ``RLConfig.loss`` (``[trainer.args.loss]``: ``type`` and that loss's own keys).
+RLConfig's top-level ``mask_ratio_low``, ``mask_ratio_high``, ``kl_tau`` and ``beta`` are deprecated spellings of
+the table's keys: set, one fills the chosen loss's key with one warning."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec, get_loss, loss_types
 from verifiers_rl.trainer.typed_table import build_config, built_once, keep, store_back, table_of
 
-# RLConfig's top-level loss keys: LossConfig's fields (RLConfig takes them from it)
-SHARED_KEYS = {f.name: f.default for f in dataclasses.fields(LossConfig)}
+# RLConfig's deprecated top-level loss keys: the default loss's
+SHARED_KEYS = tuple(f.name for f in dataclasses.fields(LossConfig))
 
 
 def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
@@ -29,13 +29,18 @@ def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
 
 def _inputs(c: Any) -> tuple:
     return (getattr(c, "training_mode", "rl"), getattr(c, "loss", None),
-            [getattr(c, k, d) for k, d in SHARED_KEYS.items()])
+            [getattr(c, k, None) for k in SHARED_KEYS])
 
 
 def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
     """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields):
     once per run, kept for ``c`` (beside it: ``typed_table.built_once``) while its loss settings stay the same."""
     return built_once(c, "_built_loss", _inputs(c), lambda: _build(c))
+
+
+def reference_beta(c: Any) -> float:
+    """The weight of the KL to the reference (initial) policy in ``c``'s loss: > 0 needs the reference model."""
+    return float(getattr(resolve_loss(c)[1], "beta", 0) or 0)
 
 
 def _build(c: Any) -> tuple[LossSpec, Any]:
@@ -51,8 +56,8 @@ def _build(c: Any) -> tuple[LossSpec, Any]:
 
 
 def check_loss(c: Any) -> None:
-    """Build the run's loss config once (one line on a bad key or value) and set the top-level keys from the
-    table, so whoever reads ``c.beta`` (the reference model) sees the loss's value."""
+    """Build the run's loss config once (one line on a bad key or value); a config object given as ``c.loss`` is
+    kept as its table."""
     spec, config = resolve_loss(c)
-    store_back(c, "loss", spec.name, config, SHARED_KEYS)
+    store_back(c, "loss", spec.name, config)
     keep(c, "_built_loss", _inputs(c), (spec, config))  # the settings as stored back build the same
