@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -945,6 +946,18 @@ def test_docs_generator_covers_every_key():
         assert f"| `{name}` |" in doc
     for key in ("inference.urls", "eval.env.N.num_examples", "warmup.completion_format", "tiny_model.layers"):
         assert f"| `{key}` |" in doc
+    # every registered loss and estimator, with each key of its config (the one spelling: the table's)
+    from verifiers_rl.trainer.advantage_types import ADVANTAGES, get_advantage
+    from verifiers_rl.trainer.losses import LOSSES, get_loss
+
+    for section, names, spec_of in (("loss", LOSSES, get_loss), ("advantage", ADVANTAGES, get_advantage)):
+        for name in names:
+            keys = [f.name for f in dataclasses.fields(spec_of(name).config)]
+            rows = [line for line in doc.splitlines() if line.startswith(f"| `{name}`") and f"`{section}." in line
+                    or line.startswith(f"| `{name}`") and "| none |" in line]
+            assert rows, (section, name)
+            assert {k for k in keys if k != "beta" or spec_of(name).mode == "rl"} <= {
+                line.split("`")[3].split(".", 1)[1] for line in rows if f"`{section}." in line}, (section, name)
     hdoc = hosted_md()
     for h, *_ in hosted.MAPPING:
         assert f"| `{h}` |" in hdoc

@@ -166,6 +166,37 @@ or `--clean-output-dir` clears it first (the model, tiny model and warm-up dirs 
 """
 
 
+def typed_table_md(section: str) -> str:
+    """Each registered type of ``loss`` or ``advantage`` and its keys (its config's fields), one row a key."""
+    import dataclasses
+    import typing
+
+    if section == "loss":
+        from verifiers_rl.trainer.losses import LOSSES as names
+        from verifiers_rl.trainer.losses import get_loss as spec_of
+    else:
+        from verifiers_rl.trainer.advantage_types import ADVANTAGES as names
+        from verifiers_rl.trainer.advantage_types import get_advantage as spec_of
+    rows = ["| `type` | key | type | default | meaning |", "|---|---|---|---|---|"]
+    for name in names:
+        spec = spec_of(name)
+        mode = f" (training_mode {spec.mode})" if section == "loss" else ""
+        # beta acts on rewards: rl only, whatever the config class holds (trainer/modes.py mode_problem)
+        fields = [f for f in dataclasses.fields(spec.config) if section != "loss" or spec.mode == "rl"
+                  or f.name != "beta"]
+        hints = typing.get_type_hints(spec.config)
+        if not fields:
+            rows.append(f"| `{name}`{mode} | none | | | |")
+        for f in fields:
+            typ = describe_type(hints[f.name])
+            for arg in typing.get_args(hints[f.name]):  # a nested config (length_penalty) is a table in TOML
+                if dataclasses.is_dataclass(arg):
+                    typ = typ.replace(arg.__name__, "table")
+            rows.append(f"| `{name}`{mode} | `{section}.{f.name}` | {_cell(typ)} | "
+                        f"{_cell(_default(f.default))} | {_cell(f.metadata.get('help', ''))} |")
+    return "\n".join(rows)
+
+
 def configuration_md() -> str:
     info = rl_field_info()
     inherited = [n for n in info.names if n not in info.own]
@@ -198,6 +229,14 @@ def configuration_md() -> str:
         "\n## `[trainer.args]`: `RLConfig`\n\nAny field of `verifiers_rl.RLConfig` (a "
         "`transformers.TrainingArguments`). RLConfig's own fields and defaults:\n",
         rl_table(info.own),
+        "\n### `[trainer.args.loss]`: the loss's keys, by `type`\n\nThe table's `type` picks the loss (unset: the "
+        "training mode's own, `default` for rl) and its other keys are that type's, checked when the config is built "
+        "(docs/training.md#choosing-a-loss). `type` may also be an import path, `\"my_pkg.losses:LOSS\"`, whose "
+        "config class takes the other keys.\n",
+        typed_table_md("loss"),
+        "\n### `[trainer.args.advantage]`: the estimator's keys, by `type`\n\nUnset: `grpo` "
+        "(docs/training.md#choosing-an-advantage-estimator).\n",
+        typed_table_md("advantage"),
         "\n### Inherited from `transformers.TrainingArguments`\n\nAccepted as well (checked for type; their "
         "help is transformers'). The ones RLTrainer manages itself (`gradient_accumulation_steps`, "
         "`eval_strategy`, `per_device_train_batch_size`) are set from the fields above.\n",
