@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from verifiers_rl.config.loading import ConfigError, deep_merge
+from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS
 
 # old dotted key → new dotted key: TrainingArguments names transformers 5 removed (configs written for transformers
 # 4 still carry them), and the top-level spellings of loss and estimator keys (RLConfig warns of them too).
@@ -16,8 +17,7 @@ RENAMED: dict[str, str] = {
     "trainer.args.no_cuda": "trainer.args.use_cpu",
     "trainer.args.evaluation_strategy": "trainer.args.eval_strategy",
     "trainer.args.push_to_hub_token": "trainer.args.hub_token",
-    **{f"trainer.args.{k}": f"trainer.args.loss.{k}" for k in ("mask_ratio_low", "mask_ratio_high", "kl_tau", "beta")},
-    "trainer.args.scale_rewards": "trainer.args.advantage.scale_rewards",
+    **{f"trainer.args.{k}": f"trainer.args.{section}.{k}" for k, section in DEPRECATED_KEYS.items()},
 }
 
 

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from verifiers_rl.config import hosted as hosted_mod
-from verifiers_rl.config.composition import RENAMED, compose
+from verifiers_rl.config.composition import compose
 from verifiers_rl.config.loading import ConfigError, parse_args, read_env_file
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, RunConfig
 from verifiers_rl.config.trainer_args import build_rl_config, rl_field_info
 from verifiers_rl.config.validation import check_envs, rl_config_kwargs, validate_run_config
 from verifiers_rl.plan.gpus import asked_world_size
+from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS
 
 
 # --- resolution ------------------------------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def resolved_trainer_args(args: Any, user: dict[str, Any]) -> dict[str, Any]:
     for name in order:
         if name in _SKIP_FIELDS or (name in _DERIVED_FIELDS and name not in user):
             continue
-        if f"trainer.args.{name}" in RENAMED and getattr(args, name, None) is None:
+        if name in DEPRECATED_KEYS and getattr(args, name, None) is None:
             continue  # a deprecated spelling, unset
         if name in _UNRESOLVED_FIELDS:
             value = user.get(name, info.defaults.get(name))
@@ -167,7 +168,7 @@ def _built_table(args: Any, section: str) -> dict[str, Any]:
 
     spec, config = (resolve_loss if section == "loss" else resolve_advantage)(args)
     given = getattr(args, section)
-    return as_table(given.get("type") or spec.name if isinstance(given, dict) else spec.name, config)
+    return as_table((given.get("type") or spec.name) if isinstance(given, dict) else spec.name, config)
 
 
 def resolved_dict(run: ResolvedRun) -> dict[str, Any]:

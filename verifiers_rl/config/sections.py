@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
-from verifiers_rl.value_check import describe_type, type_error  # noqa: F401  (re-exported: the config's names)
+from verifiers_rl.value_check import describe_type  # noqa: F401  (re-exported: the config's names)
 
 
 class Section(BaseModel):

@@ -15,6 +15,7 @@ from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
 from verifiers_rl.trainer.losses.settings import check_loss, resolve_loss
 from verifiers_rl.trainer.modes import ModeConfig, mode_problem
+from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS
 from verifiers_rl.trainer.run_settings import resolve_run_settings, wandb_problem
 
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -32,9 +33,10 @@ def _setting(source: type, name: str) -> Any:
     return field(default=f.default, metadata=dict(f.metadata))
 
 
-def _deprecated(section: str, name: str) -> Any:
-    """RLConfig's field for a deprecated spelling of ``<section>.<name>``: None (unset); set, it fills that key with
-    one warning (``typed_table.build_config``)."""
+def _deprecated(name: str) -> Any:
+    """RLConfig's field for a deprecated spelling of ``<section>.<name>`` (``typed_table.DEPRECATED_KEYS``): None
+    (unset); set, it fills that key with one warning (``typed_table.build_config``)."""
+    section = DEPRECATED_KEYS[name]
     return field(default=None, metadata={"help": f"Deprecated: set {section}.{name} instead (this spelling keeps "
                                                  "working for one release, with a warning)."})
 
@@ -147,16 +149,16 @@ class RLConfig(CheckpointSettings, TrainingArguments):
 
     # --- Loss --------------------------------------------------------------------------------------------------------
     # deprecated spellings of loss.<key> and advantage.scale_rewards, kept for one release (trainer/typed_table.py)
-    mask_ratio_low: float | None = _deprecated("loss", "mask_ratio_low")
-    mask_ratio_high: float | None = _deprecated("loss", "mask_ratio_high")
-    kl_tau: float | None = _deprecated("loss", "kl_tau")
-    beta: float | None = _deprecated("loss", "beta")
+    mask_ratio_low: float | None = _deprecated("mask_ratio_low")
+    mask_ratio_high: float | None = _deprecated("mask_ratio_high")
+    kl_tau: float | None = _deprecated("kl_tau")
+    beta: float | None = _deprecated("beta")
     loss: dict[str, Any] | None = field(default=None, metadata={
         "help": "The loss: a table with 'type' (default, dapo, and TRL's grpo, bnpo, dr_grpo, cispo, sapo, luspo, "
                 "vespo; opd and sft for those modes; None: the mode's own) and "
                 "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}, {kl_tau = 0.001, beta = 0.04} (the "
                 "default loss's mask_ratio_low, mask_ratio_high, kl_tau, beta). docs/training.md#choosing-a-loss"})
-    scale_rewards: str | None = _deprecated("advantage", "scale_rewards")
+    scale_rewards: str | None = _deprecated("scale_rewards")
     advantage: dict[str, Any] | None = field(default=None, metadata={
         "help": "The advantage estimator: a table with 'type' (grpo, rloo, max_rl; None: grpo) and its keys, e.g. "
                 "{type = 'rloo'}, {scale_rewards = 'group'} (grpo: none, group or batch), "

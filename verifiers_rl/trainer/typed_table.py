@@ -14,11 +14,16 @@ from typing import Any, Callable, Iterable
 
 from verifiers_rl.errors import SettingError
 
+# RLConfig's deprecated top-level spellings, each of a key of that section's table (one release, one warning each):
+# RLConfig's fields, vf-rl's renames (config/composition.py) and the build below all read this one mapping.
+DEPRECATED_KEYS: dict[str, str] = {"mask_ratio_low": "loss", "mask_ratio_high": "loss", "kl_tau": "loss",
+                                   "beta": "loss", "scale_rewards": "advantage"}
 
-def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared: Iterable[str],
-                 names: Iterable[str], config_of: Callable[[str], type]) -> Any:
+
+def build_config(section: str, name: str, table: dict[str, Any], c: Any, names: Iterable[str],
+                 config_of: Callable[[str], type]) -> Any:
     """Type ``name``'s config (``config_of(name)``; ``section`` e.g. loss, type dapo) built from ``table`` (its keys,
-    ``type`` removed) and the deprecated top-level keys ``shared`` read from ``c`` (None: unset); ``names``: the
+    ``type`` removed) and the section's deprecated top-level keys read from ``c`` (None: unset); ``names``: the
     registered types. An unknown key, a top-level key the type lacks, or one key set twice differently: one line."""
     config = config_of(name)
     own = [f.name for f in dataclasses.fields(config)]
@@ -27,7 +32,7 @@ def build_config(section: str, name: str, table: dict[str, Any], c: Any, shared:
             raise SettingError(section, f"{section}.{key} is not a key of {section} type {name!r}; its keys: "
                              f"{', '.join(own) or 'none'}")
     values = dict(table)
-    for key in shared:
+    for key in deprecated_keys(section):
         top = getattr(c, key, None)
         if top is None:
             continue
@@ -62,6 +67,11 @@ def _check_types(section: str, config: type, values: dict[str, Any]) -> None:
         bad = type_error(value, hints.get(key, Any))
         if bad:
             raise SettingError(section, f"{section}.{key}: {bad}")
+
+
+def deprecated_keys(section: str) -> tuple[str, ...]:
+    """RLConfig's deprecated top-level spellings of ``section``'s keys."""
+    return tuple(k for k, s in DEPRECATED_KEYS.items() if s == section)
 
 
 _WARNED: set[str] = set()

@@ -17,7 +17,6 @@ verifiers version, the env and each seat's harness/runtime.
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 from typing import Any

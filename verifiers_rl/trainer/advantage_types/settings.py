@@ -12,10 +12,7 @@ import torch
 from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
 from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths
-from verifiers_rl.trainer.typed_table import build_config, built_once, keep, store_back, table_of
-
-# RLConfig's deprecated top-level advantage key: grpo's
-SHARED_KEYS = ("scale_rewards",)
+from verifiers_rl.trainer.typed_table import build_config, built_once, deprecated_keys, keep, store_back, table_of
 
 
 def advantage_table(advantage: Any) -> dict[str, Any]:
@@ -29,7 +26,7 @@ def advantage_table(advantage: Any) -> dict[str, Any]:
 
 
 def _inputs(c: Any) -> tuple:
-    return getattr(c, "advantage", None), [getattr(c, k, None) for k in SHARED_KEYS]
+    return getattr(c, "advantage", None), [getattr(c, k, None) for k in deprecated_keys("advantage")]
 
 
 def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
@@ -42,7 +39,7 @@ def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
 def _build(c: Any) -> tuple[AdvantageSpec, Any]:
     table = advantage_table(getattr(c, "advantage", None))
     kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
-    return get_advantage(kind), build_config("advantage", kind, table, c, SHARED_KEYS, ADVANTAGES,
+    return get_advantage(kind), build_config("advantage", kind, table, c, ADVANTAGES,
                                              lambda n: get_advantage(n).config)
 
 

@@ -4,16 +4,11 @@ the table's keys: set, one fills the chosen loss's key with one warning."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from verifiers_rl.errors import SettingError
-from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec, get_loss, loss_types
-from verifiers_rl.trainer.typed_table import build_config, built_once, keep, store_back, table_of
-
-# RLConfig's deprecated top-level loss keys: the default loss's
-SHARED_KEYS = tuple(f.name for f in dataclasses.fields(LossConfig))
+from verifiers_rl.trainer.typed_table import build_config, built_once, deprecated_keys, keep, store_back, table_of
 
 
 def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
@@ -29,7 +24,7 @@ def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
 
 def _inputs(c: Any) -> tuple:
     return (getattr(c, "training_mode", "rl"), getattr(c, "loss", None),
-            [getattr(c, k, None) for k in SHARED_KEYS])
+            [getattr(c, k, None) for k in deprecated_keys("loss")])
 
 
 def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
@@ -52,7 +47,7 @@ def _build(c: Any) -> tuple[LossSpec, Any]:
         fits = ", ".join(loss_types(mode)) or "none"
         raise SettingError("loss", f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
                                    f"training_mode={spec.mode!r} or loss.type to one of {fits}")
-    return spec, build_config("loss", kind, table, c, SHARED_KEYS, LOSSES, lambda n: get_loss(n).config)
+    return spec, build_config("loss", kind, table, c, LOSSES, lambda n: get_loss(n).config)
 
 
 def check_loss(c: Any) -> None:
