@@ -17,6 +17,10 @@ from tiers import (  # noqa: F401
 
 # Tests run offline: environments use their generated or shipped data, nothing is fetched from a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Under pytest-xdist (pyproject addopts: two workers on CI's two cores) each process, and each it starts, runs one
+# OpenMP thread: two processes' spinning two-thread teams on two cores slow each other 10-30x at random.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

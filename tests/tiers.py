@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing.util
 import os
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -50,8 +51,14 @@ def is_integration(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow: dict[Any, int] = {}  # file -> its integration tests, one marked slow (over a minute) counting 5
     for item in items:
-        item.add_marker(pytest.mark.integration if is_integration(item) else pytest.mark.unit)
+        integration = is_integration(item)
+        item.add_marker(pytest.mark.integration if integration else pytest.mark.unit)
+        slow[item.path] = slow.get(item.path, 0) + integration + 4 * bool(item.get_closest_marker("slow"))
+    # The longest-looking files first (each file's tests kept together, in order): pytest-xdist hands out files
+    # in this order, so the long ones start early and the many short ones fill in at the end.
+    items.sort(key=lambda item: -slow[item.path])
 
 
 # What libraries run on their own to look something up (ctypes.util.find_library: `ldconfig -p`, uncached; platform:
