@@ -26,6 +26,8 @@ from verifiers_rl.inference.local_http import serve_local_engine  # noqa: E402
 MAX_LEN = 256  # the engine's cap (the run's max_seq_len); the tiny model's own context is 4096
 EOS = 257  # the tiny model's <|im_end|>: its EOS and the renderer's stop token
 TEMPERATURE = 0.7
+# The module's servers start once: under `--dist loadgroup` (.ci/run's extra venvs) its tests stay on one worker
+pytestmark = pytest.mark.xdist_group("v1_generate_route")
 
 
 @pytest.fixture(scope="module")
