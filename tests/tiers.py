@@ -62,8 +62,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # What libraries run on their own to look something up (ctypes.util.find_library: `ldconfig -p`, uncached; platform:
-# `uname -p`): whichever test first imports such a library would fail, depending on what ran before it.
-LIBRARY_LOOKUPS = {"ldconfig", "uname"}
+# `uname -p`; matplotlib's first font cache on a new machine: `fc-list`): whichever test first imports such a library
+# would fail, depending on what ran before it.
+LIBRARY_LOOKUPS = {"ldconfig", "uname", "fc-list"}
 
 
 def _program(what: object) -> str:

