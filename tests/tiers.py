@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing.util
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,15 +51,49 @@ def is_integration(item: pytest.Item) -> bool:
     return item.path.name in INTEGRATION_MODULES or any(item.get_closest_marker(m) for m in INTEGRATION_MARKS)
 
 
+# Seconds each test file took in a whole `uv run pytest --durations=0` run, for the order only (regenerate with
+# `python tests/tiers.py LOG > tests/durations.txt` after a file's time changes much).
+DURATIONS = Path(__file__).with_name("durations.txt")
+
+
+def file_seconds(text: str) -> dict[str, float]:
+    """A durations.txt (`seconds  tests/file.py` lines) as a dict."""
+    return {path: float(sec) for sec, path in (line.split() for line in text.splitlines() if line.strip())}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    slow: dict[Any, int] = {}  # file -> its integration tests, one marked slow (over a minute) counting 5
+    known = file_seconds(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    guess: dict[Any, float] = {}  # a file not in durations.txt: 5 s an integration test, 25 s one marked slow
     for item in items:
         integration = is_integration(item)
         item.add_marker(pytest.mark.integration if integration else pytest.mark.unit)
-        slow[item.path] = slow.get(item.path, 0) + integration + 4 * bool(item.get_closest_marker("slow"))
-    # The longest-looking files first (each file's tests kept together, in order): pytest-xdist hands out files
-    # in this order, so the long ones start early and the many short ones fill in at the end.
-    items.sort(key=lambda item: -slow[item.path])
+        guess[item.path] = guess.get(item.path, 0) + 5 * integration + 20 * bool(item.get_closest_marker("slow"))
+    # The longest files first (each file's tests kept together, in order): pytest-xdist hands out files in this
+    # order, so the long ones start early and the many short ones fill in at the end.
+    root = Path(__file__).parent.parent
+    items.sort(key=lambda item: -known.get(_relative(item.path, root), guess[item.path]))
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def _durations_by_file(log: str) -> dict[str, float]:
+    """The seconds pytest's `--durations=0` report gives each test (setup, call, teardown), summed by file."""
+    seconds: dict[str, float] = {}
+    for line in log.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].endswith("s") and parts[1] in ("setup", "call", "teardown"):
+            path = parts[2].split("::")[0]
+            seconds[path] = seconds.get(path, 0.0) + float(parts[0][:-1])
+    return seconds
+
+
+if __name__ == "__main__":  # python tests/tiers.py LOG: durations.txt's lines from a --durations=0 run's output
+    import sys
+
+    for path, sec in sorted(_durations_by_file(Path(sys.argv[1]).read_text()).items(), key=lambda kv: -kv[1]):
+        print(f"{sec:8.1f}  {path}")
 
 
 # What libraries run on their own to look something up (ctypes.util.find_library: `ldconfig -p`, uncached; platform:
