@@ -131,7 +131,7 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
             note_offline_hub()  # HF_HUB_OFFLINE=1 when the hub can't be reached: the trainer inherits it
         from verifiers_rl.config.schema import load_run, write_resolved
 
-        resolved, options = load_run(argv)
+        resolved, options = load_run(argv, preview=True)  # transformers' own checks: in the trainer
         options["argv"] = redact_argv(argv)  # run.json records the command, never a secret's value
         if options.get("dry_run"):
             path = write_resolved(resolved, Path(resolved.output_dir) / "configs")

@@ -17,7 +17,7 @@ from verifiers_rl.config.sections import (
     EnvSection, EvalEnvSection, EvalSection, InferenceSection, RunConfig, TeacherSection, TinyModelSection,
     TrainerSection, WarmupSection, describe_type,
 )
-from verifiers_rl.config.trainer_args import rl_field_info
+from verifiers_rl.config.trainer_args import exact_rl_field_info as rl_field_info
 
 
 def _cell(text: Any) -> str:

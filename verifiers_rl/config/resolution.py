@@ -76,9 +76,10 @@ def map_origin(message: str, origin: dict[str, str]) -> str:
     return new_key + sep + rest
 
 
-def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, check_environments: bool = True
-                ) -> ResolvedRun:
-    """raw merged config (+ --output-dir) → ResolvedRun, or a one-line ConfigError."""
+def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, check_environments: bool = True,
+                preview: bool = False) -> ResolvedRun:
+    """raw merged config (+ --output-dir) → ResolvedRun, or a one-line ConfigError. `preview`: its RLConfig as vf-rl's
+    own process checks it, without transformers (`trainer_args.build_rl_config`)."""
     options = options or {}
     origin: dict[str, str] = {}
     raw = compose(raw)  # --wandb / --no-wandb, renamed keys (one warning each)
@@ -92,7 +93,7 @@ def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, c
                 raise ConfigError(f"env_file: {p} not found (paths are relative to the config file that names them)")
             read_env_file(p)  # syntax only: values go to os.environ at launch, never into the config
         kwargs = rl_config_kwargs(cfg, options.get("output_dir"))
-        args = build_rl_config(kwargs)
+        args = build_rl_config(kwargs, preview=preview)
         _check_batch_split(cfg, args)
         _check_resume(args)
         if check_environments:
@@ -102,12 +103,13 @@ def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, c
     return ResolvedRun(cfg, kwargs, args, is_hosted, origin, list(options.get("config_files") or []))
 
 
-def load_run(argv: list[str], *, check_environments: bool = True) -> tuple[ResolvedRun, dict[str, Any]]:
+def load_run(argv: list[str], *, check_environments: bool = True, preview: bool = False
+             ) -> tuple[ResolvedRun, dict[str, Any]]:
     """`@ a.toml [@ b.toml] [--key VALUE ...]` → (ResolvedRun, options)."""
     files, raw, options = parse_args(argv)
     if not files:
         raise ConfigError("no config file: run vf-rl @ path/to/config.toml")
-    return resolve_run(raw, options, check_environments=check_environments), options
+    return resolve_run(raw, options, check_environments=check_environments, preview=preview), options
 
 
 # --- the resolved config as TOML -------------------------------------------------------------------------------------

@@ -3,6 +3,9 @@ and RLConfig's own errors mapped to `trainer.args.<field>`."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -22,48 +25,88 @@ class RLFieldInfo:
 
 
 _RL_INFO: RLFieldInfo | None = None
+# Annotations that undersell what a field takes: fsdp is annotated str, but True / a list of options is how
+# transformers documents it; resume_from_checkpoint takes True (the latest) and a step number too (checkpoints.py).
+_FIXED_TYPES = {"fsdp": bool | str | list[str] | None, "resume_from_checkpoint": bool | int | str | None}
 
 
 def rl_field_info() -> RLFieldInfo:
-    """RLConfig's init fields, their types, defaults and help (imports transformers: ~9 s the first time)."""
+    """RLConfig's init fields, their types, defaults and help: RLConfig's own from `RLFields`, transformers' read
+    from its source (config/hf_fields.py), without importing it; by importing RLConfig (~9 s) when that source does
+    not read."""
     global _RL_INFO
     if _RL_INFO is None:
-        import dataclasses
+        from verifiers_rl.config.hf_fields import training_args_fields
 
-        from verifiers_rl.trainer.config import RLConfig
-
-        try:
-            hints = typing.get_type_hints(RLConfig)
-        except Exception:  # pragma: no cover - an annotation that cannot be evaluated: check nothing
-            hints = {}
-        fields = [f for f in dataclasses.fields(RLConfig) if f.init]
-        # RLConfig's own fields, those of its mixins (trainer/checkpoints.py) included
-        own_ann = [n for c in RLConfig.__mro__ if c.__module__.startswith("verifiers_rl.")
-                   for n in c.__dict__.get("__annotations__", {})]
-        defaults: dict[str, Any] = {}
-        for f in fields:
-            if f.default is not dataclasses.MISSING:
-                defaults[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                defaults[f.name] = f.default_factory()  # type: ignore[misc]
-        types = {f.name: hints.get(f.name, Any) for f in fields}
-        if "fsdp" in types:  # annotated str, but True / a list of options is how transformers documents it
-            types["fsdp"] = bool | str | list[str] | None
-        if "lr_scheduler_type" in types:  # annotated str in transformers 5; its values are SchedulerType's
-            from transformers.trainer_utils import SchedulerType
-
-            types["lr_scheduler_type"] = SchedulerType | str
-        if "resume_from_checkpoint" in types:  # True (the latest) and a step number too (trainer/checkpoints.py)
-            types["resume_from_checkpoint"] = bool | int | str | None
-        helps = {f.name: str(f.metadata.get("help", "")) for f in fields}
-        if "resume_from_checkpoint" in helps:  # transformers': "not directly used by Trainer"; vf-rl resumes with it
-            from verifiers_rl.trainer.checkpoints import RESUME_HELP
-
-            helps["resume_from_checkpoint"] = RESUME_HELP
-        _RL_INFO = RLFieldInfo(
-            names=[f.name for f in fields], own=[n for n in own_ann if n in {f.name for f in fields}],
-            types=types, defaults=defaults, help=helps)
+        source = training_args_fields()
+        _RL_INFO = _info_from_source(source) if source is not None else _info_from_class()
     return _RL_INFO
+
+
+@functools.lru_cache(maxsize=1)
+def exact_rl_field_info() -> RLFieldInfo:
+    """`rl_field_info` by importing RLConfig: every default as the installed transformers sets it (`optim`'s depends
+    on the torch version), for the generated docs."""
+    return _info_from_class()
+
+
+def _own_fields(cls: type) -> list[str]:
+    """Fields declared by verifiers_rl's classes (RLConfig's, its mixins'), not transformers'."""
+    return [n for c in cls.__mro__ if c.__module__.startswith("verifiers_rl.")
+            for n in c.__dict__.get("__annotations__", {})]
+
+
+def _info(names: list[str], own: list[str], types: dict[str, Any], defaults: dict[str, Any], helps: dict[str, str],
+          scheduler_type: Any) -> RLFieldInfo:
+    types.update({k: v for k, v in _FIXED_TYPES.items() if k in types})
+    if "lr_scheduler_type" in types:  # annotated str by RLConfig; its values are transformers' SchedulerType's
+        types["lr_scheduler_type"] = scheduler_type | str
+    if "resume_from_checkpoint" in helps:  # transformers': "not directly used by Trainer"; vf-rl resumes with it
+        from verifiers_rl.trainer.checkpoints import RESUME_HELP
+
+        helps["resume_from_checkpoint"] = RESUME_HELP
+    return RLFieldInfo(names=names, own=[n for n in own if n in types], types=types, defaults=defaults, help=helps)
+
+
+def _field_default(f: Any) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _info_from_source(source: Any) -> RLFieldInfo:
+    from verifiers_rl.config.hf_fields import UNREAD
+    from verifiers_rl.trainer.config_fields import RLFields
+
+    hints = typing.get_type_hints(RLFields)
+    ours = [f for f in dataclasses.fields(RLFields) if f.init]
+    types = {s.name: s.type for s in source}
+    defaults = {s.name: s.default for s in source if s.default is not UNREAD}
+    helps = {s.name: s.help for s in source}
+    scheduler = next((a for a in typing.get_args(types.get("lr_scheduler_type")) if a is not str), str)
+    names = [s.name for s in source] + [f.name for f in ours if f.name not in types]
+    for f in ours:
+        types[f.name] = hints.get(f.name, Any)
+        defaults[f.name] = _field_default(f)
+        helps[f.name] = str(f.metadata.get("help", ""))
+    return _info(names, _own_fields(RLFields), types, defaults, helps, scheduler)
+
+
+def _info_from_class() -> RLFieldInfo:
+    from transformers.trainer_utils import SchedulerType
+
+    from verifiers_rl.trainer.config import RLConfig
+
+    try:
+        hints = typing.get_type_hints(RLConfig)
+    except Exception:  # pragma: no cover - an annotation that cannot be evaluated: check nothing
+        hints = {}
+    fields = [f for f in dataclasses.fields(RLConfig) if f.init]
+    defaults = {f.name: _field_default(f) for f in fields if _field_default(f) is not dataclasses.MISSING}
+    return _info([f.name for f in fields], _own_fields(RLConfig), {f.name: hints.get(f.name, Any) for f in fields},
+                 defaults, {f.name: str(f.metadata.get("help", "")) for f in fields}, SchedulerType)
 
 
 def check_trainer_args(args: dict[str, Any]) -> None:
@@ -79,14 +122,42 @@ def check_trainer_args(args: dict[str, Any]) -> None:
             raise ConfigError(f"trainer.args.{k}: {bad}")
 
 
-def build_rl_config(kwargs: dict[str, Any]) -> Any:
-    """RLConfig(**kwargs); a `SettingError` (RLConfig's and the loss/estimator configs' checks name their key)
-    becomes `trainer.args.<key>: ...`; anything else (transformers' own checks) `trainer.args: ...`."""
-    from verifiers_rl.errors import SettingError
-    from verifiers_rl.trainer.config import RLConfig
+@functools.lru_cache(maxsize=1)
+def preview_class() -> type | None:
+    """`RLFields` with transformers' other fields (their defaults read from its source) and RLConfig's checks of its
+    own fields, without transformers' (they run where the RLConfig is built: the trainer). None: that source does
+    not read."""
+    from verifiers_rl.config.hf_fields import training_args_fields
+    from verifiers_rl.trainer.checkpoints import CheckpointSettings
+    from verifiers_rl.trainer.config_fields import RLFields
 
+    source = training_args_fields()
+    if source is None:
+        return None
+    ours = {f.name for f in dataclasses.fields(RLFields)}
+    extra = [(s.name, Any, dataclasses.field(default_factory=functools.partial(copy.deepcopy, s.default))
+              if isinstance(s.default, (list, dict)) else dataclasses.field(default=s.default))
+             for s in source if s.name not in ours]
+
+    def __post_init__(self: Any) -> None:
+        self._resolve_rl_fields()
+        CheckpointSettings.__post_init__(self)
+
+    return dataclasses.make_dataclass("RLConfigPreview", extra, bases=(RLFields,),
+                                      namespace={"__post_init__": __post_init__})
+
+
+def build_rl_config(kwargs: dict[str, Any], *, preview: bool = False) -> Any:
+    """RLConfig(**kwargs); a `SettingError` (RLConfig's and the loss/estimator configs' checks name their key)
+    becomes `trainer.args.<key>: ...`; anything else (transformers' own checks) `trainer.args: ...`. `preview`:
+    without transformers (`preview_class`), as vf-rl's own process checks a run before it launches the trainer."""
+    from verifiers_rl.errors import SettingError
+
+    cls = preview_class() if preview else None
+    if cls is None:
+        from verifiers_rl.trainer.config import RLConfig as cls
     try:
-        return RLConfig(**kwargs)
+        return cls(**kwargs)
     except ConfigError:
         raise
     except SettingError as e:

@@ -18,9 +18,13 @@ PARENT_DEVICES = "VF_PARENT_CUDA_VISIBLE_DEVICES"  # the caller's CUDA_VISIBLE_D
 def rl_args_view(cfg: Any, plan: RunPlan, output_dir: str = "") -> Any:
     """The trainer's RLConfig values the server's launch reads (defaults + [trainer.args], the plan's precision),
     without building an RLConfig (which would look at this machine's devices)."""
-    from verifiers_rl.trainer.config import RLConfig, field_default
+    from verifiers_rl.config.trainer_args import preview_class
+    from verifiers_rl.trainer.config_fields import field_default
 
-    values = {name: field_default(f) for name, f in RLConfig.__dataclass_fields__.items()}
+    cls = preview_class()  # RLConfig's fields without importing transformers
+    if cls is None:
+        from verifiers_rl.trainer.config import RLConfig as cls
+    values = {name: field_default(f) for name, f in cls.__dataclass_fields__.items()}
     values.update({k.replace("-", "_"): v for k, v in cfg.trainer.args.items()})
     if plan.precision:
         values["bf16"], values["fp16"] = plan.precision["train"] == "bf16", plan.precision["train"] == "fp16"

@@ -106,7 +106,9 @@ class CheckpointSettings:
         if not (r is None or isinstance(r, (bool, str)) or (isinstance(r, int) and r >= -1)):
             raise SettingError("resume_from_checkpoint",
                                f"resume_from_checkpoint={r!r} must be True (the latest), a step number or a path")
-        super().__post_init__()  # type: ignore[misc]  (TrainingArguments')
+        parent = getattr(super(), "__post_init__", None)  # TrainingArguments' (none in vf-rl's pre-launch check)
+        if parent is not None:
+            parent()
 
 
 def merged_state_dict(peft_model: Any) -> dict[str, Any]:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are made: vf-rl's own process reads the config above
+    import torch
 
 
 @dataclass
@@ -75,6 +76,8 @@ def rollout_lengths(states: list[dict[str, Any]]) -> RolloutLengths:
         out.append(n_out)
         inp.append(max(total - n_out, len(steps[0]["prompt_ids"]) if steps else 0))
         turns.append(len(trajectory))
+    import torch
+
     return RolloutLengths(*(torch.tensor(x, dtype=torch.float32) for x in (out, inp, turns)))
 
 

@@ -5,14 +5,15 @@ advantages are computed."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec, get_advantage
 from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths
 from verifiers_rl.trainer.typed_table import build_config, built_once, deprecated_keys, keep, store_back, table_of
+
+if TYPE_CHECKING:
+    import torch
 
 
 def advantage_table(advantage: Any) -> dict[str, Any]:
@@ -62,6 +63,8 @@ def advantages_for(rewards: torch.Tensor, group_size: int, args: Any, kept: list
     ``kept`` False marks a rollout its environment dropped: it gets advantage 0 and is left out of its group's
     baseline (the estimator runs on the group's kept rollouts; fewer than it needs: all 0). ``lengths``: each
     rollout's (``rollout_lengths(states)``), for an estimator that uses them (grpo's length penalty)."""
+    import torch  # here: the settings above are read by vf-rl's own process, which imports no torch
+
     spec, config = resolve_advantage(args)
 
     def run(r: torch.Tensor, g: int, idx: torch.Tensor | None = None) -> torch.Tensor:

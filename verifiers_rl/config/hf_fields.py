@@ -1,0 +1,187 @@
+"""transformers' `TrainingArguments` fields (name, annotation, default, help) read from its source file, without
+importing it: importing it costs ~10 s of CPU (torch, peft, torch._dynamo), which vf-rl's own process only needed to
+check `[trainer.args]` before it launches the trainer (which imports it anyway). The enums its annotations name
+(`IntervalStrategy | str`, ...) are rebuilt from their classes' source, so a value is checked against the same
+choices. `None` when the source does not read as expected (another layout, a class not found): the caller imports
+the class then (`config/trainer_args.py`). tests/test_trainer_args_source.py compares both on the installed version.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import enum
+import functools
+import importlib.util
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_MAX_HOPS = 3  # re-exports followed to find the class an annotation names
+_TYPING = {n: getattr(typing, n) for n in ("Any", "Literal", "Optional", "Union", "List", "Dict", "Tuple", "Callable")}
+_BUILTINS = {n: getattr(builtins, n) for n in ("int", "float", "str", "bool", "list", "dict", "tuple", "set", "bytes",
+                                                "object", "type")}
+
+
+UNREAD = type("Unread", (), {"__repr__": lambda self: "<not a literal in the source>"})()
+
+
+@dataclass(frozen=True)
+class SourceField:
+    name: str
+    type: Any
+    default: Any
+    help: str
+
+
+def _package_dir() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("transformers")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _class_def(tree: ast.Module, name: str) -> ast.ClassDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def _imported_from(tree: ast.Module, path: Path, name: str) -> Path | str | None:
+    """The file a relative `from .x import name` reads it from; the package, for an absolute import."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and any(a.name == name and a.asname is None for a in node.names)):
+            continue
+        if node.level == 0:
+            return node.module or ""
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+        target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+        for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _str_value(node: ast.AST | None) -> str | None:
+    """A string constant, or `"a" + "b"`; None for anything else (an f-string, a call)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _str_value(node.left), _str_value(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _named_class(name: str, path: Path, hops: int = 0) -> Any:
+    """The class `name` as seen from `path`: an `Enum` rebuilt with its string members, or a stand-in class (a value
+    check treats a class that is not a builtin as any value, as it does the real one)."""
+    tree = _tree(path)
+    node = _class_def(tree, name) if tree is not None else None
+    if node is None:
+        source = _imported_from(tree, path, name) if tree is not None and hops < _MAX_HOPS else None
+        if source is None:
+            raise LookupError(name)
+        if isinstance(source, str):  # another package's class (accelerate's ParallelismConfig)
+            return type(name, (), {"__module__": source})
+        return _named_class(name, source, hops + 1)
+    if any(ast.unparse(b).endswith("Enum") for b in node.bases):
+        members = {}
+        for stmt in node.body:
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and _str_value(stmt.value) is not None):
+                members[stmt.targets[0].id] = _str_value(stmt.value)
+        if not members:
+            raise LookupError(name)
+        return enum.Enum(name, members)  # type: ignore[misc]
+    return type(name, (), {"__module__": "transformers"})
+
+
+def _annotation(node: ast.expr, path: Path, classes: dict[str, Any]) -> Any:
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    scope: dict[str, Any] = {**_BUILTINS, **_TYPING, "None": None}
+    for name in names - set(scope):
+        if name not in classes:
+            classes[name] = _named_class(name, path)
+        scope[name] = classes[name]
+    return eval(compile(ast.Expression(node), str(path), "eval"), {"__builtins__": {}}, scope)  # noqa: S307
+
+
+def _default(value: ast.expr | None, classes: dict[str, Any]) -> Any:
+    """The field's default as TOML would spell it (an enum member: its value); UNREAD for what is not a literal
+    (`optim`'s default depends on the torch version)."""
+    call = value if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field") else None
+    if call is not None:
+        kw = {k.arg: k.value for k in call.keywords}
+        if "default_factory" in kw:
+            factory = ast.unparse(kw["default_factory"])
+            return {"list": [], "dict": {}}.get(factory, _default(getattr(kw["default_factory"], "body", None),
+                                                                   classes))
+        value = kw.get("default")
+    if value is None:
+        return None if call is None else UNREAD  # a field(default_factory=f) whose f this does not read
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id in classes:
+        member = getattr(classes[value.value.id], value.attr, None)
+        return member.value if isinstance(member, enum.Enum) else UNREAD
+    return UNREAD
+
+
+def _help(value: ast.expr | None) -> str:
+    if not (isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field")):
+        return ""
+    meta = next((k.value for k in value.keywords if k.arg == "metadata"), None)
+    if not isinstance(meta, ast.Dict):
+        return ""
+    for key, item in zip(meta.keys, meta.values):
+        if isinstance(key, ast.Constant) and key.value == "help":
+            return _str_value(item) or ""
+    return ""
+
+
+def _init_field(value: ast.expr | None) -> bool:
+    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field"):
+        for k in value.keywords:
+            if k.arg == "init":
+                return not (isinstance(k.value, ast.Constant) and k.value.value is False)
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def training_args_fields() -> tuple[SourceField, ...] | None:
+    """TrainingArguments' init fields in declaration order, or None (read it by importing it instead)."""
+    package = _package_dir()
+    if package is None:
+        return None
+    path = package / "training_args.py"
+    tree = _tree(path)
+    node = _class_def(tree, "TrainingArguments") if tree is not None else None
+    if node is None or node.bases or [ast.unparse(d) for d in node.decorator_list] != ["dataclass"]:
+        return None  # a base class or another decorator would add fields this does not read
+    classes: dict[str, Any] = {}
+    out = []
+    try:
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                continue
+            if "ClassVar" in ast.unparse(stmt.annotation) or not _init_field(stmt.value):
+                continue
+            tp = _annotation(stmt.annotation, path, classes)
+            out.append(SourceField(stmt.target.id, tp, _default(stmt.value, classes), _help(stmt.value)))
+    except Exception:  # an annotation or a class this reader does not follow: read the class by importing it
+        return None
+    return tuple(out) if len(out) >= 20 else None
