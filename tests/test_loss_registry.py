@@ -216,6 +216,36 @@ def test_the_trainer_modules_name_no_loss_metric():
         assert not strings & names, f"{path.name} names {sorted(strings & names)}"
 
 
+# --- built once per run ------------------------------------------------------------------------------------------------
+
+
+def test_a_three_step_run_builds_its_loss_and_its_estimator_once_each(tiny_model_dir, tmp_path, monkeypatch):
+    """The loss's and the estimator's configs are built from the run's settings once (when the RLConfig is made) and
+    handed to every step after, not rebuilt per step or per micro-batch."""
+    from test_trainer import make_config, make_env, read_metrics
+
+    from verifiers_rl.trainer.advantage_types import settings as advantage_settings
+    from verifiers_rl.trainer.losses import settings as loss_settings
+
+    built = {"loss": 0, "advantage": 0}
+
+    def counted(module, key):
+        build = module._build
+
+        def wrapper(c):
+            built[key] += 1
+            return build(c)
+        monkeypatch.setattr(module, "_build", wrapper)
+
+    counted(loss_settings, "loss")
+    counted(advantage_settings, "advantage")
+    args = make_config(tmp_path, max_steps=3, loss={"type": "dapo", "epsilon_high": 0.3},
+                       advantage={"type": "rloo"})
+    vf.RLTrainer(str(tiny_model_dir), make_env(), args).train()
+    assert len([r for r in read_metrics(tmp_path) if "loss/mean" in r]) == 3
+    assert built == {"loss": 1, "advantage": 1}
+
+
 # --- a real run with the DAPO loss --------------------------------------------------------------------------------------
 
 

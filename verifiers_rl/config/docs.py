@@ -109,15 +109,19 @@ type (the key, the value given, the type expected), a missing required key, an i
 checks, named by the `trainer.args.<field>` they are about: batch divisibility by `rollouts_per_example` and by
 `micro_batch_size x trainer.gpus`, `max_tokens >= max_seq_len`, `temperature < 0`, LoRA options with
 `use_lora = false`, ...), an environment id that cannot be imported or an argument its `load_environment()` does
-not take, a missing `env_file`. Hosted-format configs name the hosted key (`sampling.temperature`).
+not take, a missing `env_file`. Hosted-format configs name the hosted key (`sampling.temperature`). vf-rl checks
+without importing transformers (its `TrainingArguments` fields are read from its source); a combination only
+transformers' own checks refuse (`load_best_model_at_end`, which needs transformers' eval loop) is the same one line,
+`error: trainer.args: ...`, exit code 2, from the trainer process before it builds a model or starts a server.
 
 ## `--dry-run`
 
 Resolves everything (every section's defaults and every `RLConfig` field's resolved value, secrets excluded)
 without touching GPUs or loading models, writes it to `<output_dir>/configs/rl.toml`, prints the path and exits 0.
 The file is a valid config: `vf-rl @ <output_dir>/configs/rl.toml` runs the same thing. Fields resolved from the
-hardware at launch (`use_cpu`, `dataloader_pin_memory`) and those `[inference]` sets (`inference_backend`,
-`vllm_server_urls`) are written as given (or their defaults).
+hardware at launch (`use_cpu`, `dataloader_pin_memory`, `bf16`) and those `[inference]` sets (`inference_backend`,
+`vllm_server_urls`) are written as given (or their defaults), and so are transformers' fields (the trainer resolves
+them; `optim`, whose default depends on the torch version, only when set).
 
 ## Launch
 
