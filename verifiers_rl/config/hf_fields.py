@@ -125,9 +125,9 @@ def _default(value: ast.expr | None, classes: dict[str, Any]) -> Any:
     if call is not None:
         kw = {k.arg: k.value for k in call.keywords}
         if "default_factory" in kw:
-            factory = ast.unparse(kw["default_factory"])
-            return {"list": [], "dict": {}}.get(factory, _default(getattr(kw["default_factory"], "body", None),
-                                                                   classes))
+            factory = kw["default_factory"]
+            empty = {"list": [], "dict": {}}.get(ast.unparse(factory))
+            return empty if empty is not None else _default(getattr(factory, "body", None), classes)
         value = kw.get("default")
     if value is None:
         return None if call is None else UNREAD  # a field(default_factory=f) whose f this does not read

@@ -24,23 +24,20 @@ class RLFieldInfo:
     help: dict[str, str]
 
 
-_RL_INFO: RLFieldInfo | None = None
 # Annotations that undersell what a field takes: fsdp is annotated str, but True / a list of options is how
 # transformers documents it; resume_from_checkpoint takes True (the latest) and a step number too (checkpoints.py).
 _FIXED_TYPES = {"fsdp": bool | str | list[str] | None, "resume_from_checkpoint": bool | int | str | None}
 
 
+@functools.lru_cache(maxsize=1)
 def rl_field_info() -> RLFieldInfo:
     """RLConfig's init fields, their types, defaults and help: RLConfig's own from `RLFields`, transformers' read
     from its source (config/hf_fields.py), without importing it; by importing RLConfig (~9 s) when that source does
     not read."""
-    global _RL_INFO
-    if _RL_INFO is None:
-        from verifiers_rl.config.hf_fields import training_args_fields
+    from verifiers_rl.config.hf_fields import training_args_fields
 
-        source = training_args_fields()
-        _RL_INFO = _info_from_source(source) if source is not None else _info_from_class()
-    return _RL_INFO
+    source = training_args_fields()
+    return _info_from_source(source) if source is not None else _info_from_class()
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,17 +65,9 @@ def _info(names: list[str], own: list[str], types: dict[str, Any], defaults: dic
     return RLFieldInfo(names=names, own=[n for n in own if n in types], types=types, defaults=defaults, help=helps)
 
 
-def _field_default(f: Any) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING
-
-
 def _info_from_source(source: Any) -> RLFieldInfo:
     from verifiers_rl.config.hf_fields import UNREAD
-    from verifiers_rl.trainer.config_fields import RLFields
+    from verifiers_rl.trainer.config_fields import RLFields, field_default
 
     hints = typing.get_type_hints(RLFields)
     ours = [f for f in dataclasses.fields(RLFields) if f.init]
@@ -89,7 +78,7 @@ def _info_from_source(source: Any) -> RLFieldInfo:
     names = [s.name for s in source] + [f.name for f in ours if f.name not in types]
     for f in ours:
         types[f.name] = hints.get(f.name, Any)
-        defaults[f.name] = _field_default(f)
+        defaults[f.name] = field_default(f)
         helps[f.name] = str(f.metadata.get("help", ""))
     return _info(names, _own_fields(RLFields), types, defaults, helps, scheduler)
 
@@ -97,14 +86,14 @@ def _info_from_source(source: Any) -> RLFieldInfo:
 def _info_from_class() -> RLFieldInfo:
     from transformers.trainer_utils import SchedulerType
 
-    from verifiers_rl.trainer.config import RLConfig
+    from verifiers_rl.trainer.config import RLConfig, field_default
 
     try:
         hints = typing.get_type_hints(RLConfig)
     except Exception:  # pragma: no cover - an annotation that cannot be evaluated: check nothing
         hints = {}
     fields = [f for f in dataclasses.fields(RLConfig) if f.init]
-    defaults = {f.name: _field_default(f) for f in fields if _field_default(f) is not dataclasses.MISSING}
+    defaults = {f.name: d for f in fields if (d := field_default(f)) is not dataclasses.MISSING}
     return _info([f.name for f in fields], _own_fields(RLConfig), {f.name: hints.get(f.name, Any) for f in fields},
                  defaults, {f.name: str(f.metadata.get("help", "")) for f in fields}, SchedulerType)
 
