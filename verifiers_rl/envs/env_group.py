@@ -247,10 +247,12 @@ class _TaskTag:
     def __init__(self, name: str, tag_info: bool):
         self.name, self.tag_info = name, tag_info
 
-    def __call__(self, row: dict) -> dict:
+    def __call__(self, rows: dict) -> dict:  # a batch of rows, as columns (quiet_map)
+        n = len(next(iter(rows.values()), []))
         if self.tag_info:
-            return {"task": self.name, "info": {**(row.get("info") or {}), "env_id": self.name}}
-        return {"task": self.name}
+            infos = rows.get("info") or [None] * n
+            return {"task": [self.name] * n, "info": [{**(i or {}), "env_id": self.name} for i in infos]}
+        return {"task": [self.name] * n}
 
 
 def _info_addition(dataset: Any) -> str | None:
@@ -313,5 +315,5 @@ def _info_as_json(dataset: Any) -> Any:
 
     if dataset.features["info"] == Value("string"):
         return dataset
-    return quiet_map(dataset, lambda row: {"info": None if row["info"] is None else json.dumps(row["info"])},
+    return quiet_map(dataset, lambda rows: {"info": [None if i is None else json.dumps(i) for i in rows["info"]]},
                      features=Features({**dataset.features, "info": Value("string")}))
