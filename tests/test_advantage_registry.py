@@ -18,9 +18,9 @@ from verifiers_rl.config.loading import ConfigError, parse_args
 from verifiers_rl.config.schema import resolve_run
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, get_advantage
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
-from verifiers_rl.trainer.advantage_types.rloo import RLOOAdvantageConfig, rloo_advantages
+from verifiers_rl.trainer.advantage_types.rloo import RLOOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.settings import advantages_for, resolve_advantage
-from verifiers_rl.trainer.advantages import compute_advantages
+from verifiers_rl.trainer.advantages import compute_advantages, rloo_advantages
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(batch_size=4, micro_batch_size=2, rollouts_per_example=2, report_to="none")
@@ -176,6 +176,7 @@ def test_a_real_rltrainer_run_trains_with_rloo_advantages(tiny_model_dir, tmp_pa
     from test_trainer import GROUP, lora_weights, make_config, make_env, read_metrics
 
     from verifiers_rl.trainer.advantage_types import rloo
+    from verifiers_rl.trainer.loss import ratio_masked_policy_gradient
     from verifiers_rl.trainer.losses import default
 
     steps, trained = [], []
@@ -191,7 +192,7 @@ def test_a_real_rltrainer_run_trains_with_rloo_advantages(tiny_model_dir, tmp_pa
 
     def loss(inputs, cfg):  # the loss sees the advantages RLOO returned
         trained.extend(inputs.advantages.detach().flatten().tolist())
-        return default.ratio_masked_policy_gradient(inputs, cfg)
+        return ratio_masked_policy_gradient(inputs, cfg)
 
     monkeypatch.setattr(rloo, "ADVANTAGE", dataclasses.replace(rloo.ADVANTAGE, fn=recorded))
     monkeypatch.setattr(default, "LOSS", dataclasses.replace(default.LOSS, fn=loss))
@@ -211,7 +212,8 @@ def test_a_real_rltrainer_run_trains_with_rloo_advantages(tiny_model_dir, tmp_pa
 
 
 def test_max_rl_divides_the_centred_rewards_by_the_group_mean():
-    from verifiers_rl.trainer.advantage_types.max_rl import MaxRLAdvantageConfig, max_rl_advantages
+    from verifiers_rl.trainer.advantage_types.max_rl import MaxRLAdvantageConfig
+    from verifiers_rl.trainer.advantages import max_rl_advantages
 
     # group 0: mean 1 -> (r - 1) / 1; group 1: all 2 -> 0; group 2: mean 0 -> no signal, 0 (prime-rl's rule)
     rewards = torch.tensor([1.0, 0.0, 0.0, 3.0, 2.0, 2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0])

@@ -101,13 +101,13 @@ from verifiers_rl.config.schema import load_run, write_resolved
 run, _ = load_run(["@", sys.argv[1], "--output-dir", sys.argv[2]], preview=True, check_environments=False)
 path = write_resolved(run)
 print(path)
-print(sorted(m for m in ("transformers", "peft", "trl") if m in sys.modules))
+print(sorted(m for m in ("transformers", "peft", "trl", "torch") if m in sys.modules))
 """
 
 
 @pytest.mark.integration  # a fresh interpreter: nothing imported by another test
 @pytest.mark.parametrize("config", sorted((REPO / "configs" / "vf-rl").glob("*.toml")), ids=lambda p: p.stem)
-def test_vf_rls_check_imports_no_transformers_and_its_config_builds_the_same_rlconfig(tmp_path, config):
+def test_vf_rls_check_imports_no_transformers_or_torch_and_its_config_builds_the_same_rlconfig(tmp_path, config):
     from verifiers_rl.config.schema import load_run, write_resolved
 
     r = subprocess.run([sys.executable, "-c", _CHECK, str(config), str(tmp_path / "rl")], capture_output=True,
@@ -125,8 +125,11 @@ def test_vf_rls_check_imports_no_transformers_and_its_config_builds_the_same_rlc
 
 @pytest.mark.integration  # runs vf-rl
 def test_a_transformers_check_still_ends_the_run_in_one_line_before_the_trainer_builds_anything(tmp_path):
-    script = Path(sys.executable).with_name("vf-rl")
-    r = subprocess.run([str(script), "@", str(QUICKSTART), "--tiny_model.path", str(tmp_path / "tiny"),
+    # vf-rl's main as its console script calls it, then what its own process imported (the launch, the plan and the
+    # GPU count included): no torch, no transformers; the trainer process imports them
+    script = ("import sys; from verifiers_rl.cli.rl import main; rc = main(sys.argv[1:]); "
+              "print('vf-rl imported:', sorted(m for m in ('torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", script, "@", str(QUICKSTART), "--tiny_model.path", str(tmp_path / "tiny"),
                         "--no-warmup", "--no-eval", "--trainer.args.load-best-model-at-end", "true",
                         "--output-dir", str(tmp_path / "rl")], capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
@@ -135,3 +138,4 @@ def test_a_transformers_check_still_ends_the_run_in_one_line_before_the_trainer_
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: trainer.args: --load_best_model_at_end requires"), out
     assert not (tmp_path / "tiny").exists()  # the trainer stopped at its config: no model built
+    assert "vf-rl imported: []" in r.stdout, out[-3000:]

@@ -18,8 +18,14 @@ DEFAULT_VENV = ".vllm-venv"
 SUPPORTED_VLLM = ((0, 32), (0, 34))
 
 
+# A GPU's device node on Linux (NVIDIA, ROCm, WSL2): without one torch sees no GPU, known without importing it (3 s)
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
 def gpu_count() -> int:
     """Visible CUDA devices (honours CUDA_VISIBLE_DEVICES)."""
+    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_DEVICE_NODES):
+        return 0
     try:
         import torch
 

@@ -1,10 +1,14 @@
-"""GRPO advantages: pure functions, tensors in, tensors out."""
+"""The advantage estimators' functions: pure, tensors in, tensors out (their configs and specs, no torch, in
+``advantage_types/``)."""
 
 from __future__ import annotations
 
 import torch
 
-SCALE_REWARDS_CHOICES = ("none", "group", "batch")
+from verifiers_rl.trainer.advantage_types.grpo import SCALE_REWARDS_CHOICES, GRPOAdvantageConfig
+from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths, length_shaped
+from verifiers_rl.trainer.advantage_types.max_rl import MaxRLAdvantageConfig
+from verifiers_rl.trainer.advantage_types.rloo import RLOOAdvantageConfig
 
 # Added to the std before dividing, as TRL does, so a group with equal rewards gives 0, not NaN.
 STD_EPS = 1e-4
@@ -56,3 +60,25 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: st
         advantages = advantages / (rewards.std() + STD_EPS)
 
     return advantages.reshape(rewards.shape)
+
+
+def grpo_advantages(rewards: torch.Tensor, group_size: int, config: GRPOAdvantageConfig,
+                    lengths: RolloutLengths | None = None) -> torch.Tensor:
+    if config.length_penalty is not None:
+        rewards = length_shaped(rewards, group_size, lengths, config.length_penalty)
+    return compute_advantages(rewards, group_size, config.scale_rewards)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int, config: RLOOAdvantageConfig) -> torch.Tensor:
+    if isinstance(group_size, int) and not isinstance(group_size, bool) and group_size < 2:
+        raise ValueError(f"advantage.type='rloo' needs group_size >= 2 (got {group_size}): the leave-one-out "
+                         "baseline of a rollout is the mean of the others in its group")
+    # compute_advantages checks the shape and values and gives r - mean(r); leave-one-out rescales it
+    return compute_advantages(rewards, group_size, "none") * (group_size / (group_size - 1))
+
+
+def max_rl_advantages(rewards: torch.Tensor, group_size: int, config: MaxRLAdvantageConfig) -> torch.Tensor:
+    centred = compute_advantages(rewards, group_size, "none")  # checks shape and values: r - mean(r)
+    mean = rewards.float().view(-1, group_size).mean(dim=1, keepdim=True)
+    scaled = centred.view(-1, group_size) / mean.clamp(min=torch.finfo(torch.float32).tiny)
+    return torch.where(mean > 0, scaled, torch.zeros_like(scaled)).view(-1)

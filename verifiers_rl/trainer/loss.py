@@ -6,13 +6,14 @@ The default loss is verifiers' importance-ratio-masked policy gradient (CISPO-li
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 
-from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.importance import log_importance_ratio, ratio_mask
+# the default loss's config sits beside its spec (no torch there: configs are checked in vf-rl's own process)
+from verifiers_rl.trainer.losses.default import LossConfig
 
 # Log-probabilities and entropy live in `logprobs` (chunked, no [B, T, V] copies); re-exported for callers.
 from verifiers_rl.trainer.logprobs import hidden_token_logprobs, token_logprobs_and_entropy  # noqa: E402,F401
@@ -35,37 +36,6 @@ def masked_extreme(values: torch.Tensor, mask: torch.Tensor, largest: bool) -> t
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Loss
-
-
-@dataclass
-class LossConfig:
-    """Knobs of the default loss: the keys of ``loss`` (``[trainer.args.loss]``) with ``type = "default"`` (and
-    ``opd``'s); ``RLConfig.loss_config()`` builds this object from a run's values."""
-
-    mask_ratio_low: float = field(
-        default=0.125, metadata={"help": "Tokens whose importance ratio trainer/sampler is below this get no loss."}
-    )
-    mask_ratio_high: float = field(
-        default=8.0, metadata={"help": "Tokens whose importance ratio trainer/sampler is above this get no loss."}
-    )
-    kl_tau: float = field(
-        default=0.0, metadata={"help": "Weight of the (log importance ratio)^2 penalty (prime-rl: 1e-3)."}
-    )
-    beta: float = field(
-        default=0.0, metadata={"help": "Weight of the KL penalty to the reference (initial) policy; 0 disables it."}
-    )
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.mask_ratio_low < 1 < self.mask_ratio_high):
-            raise SettingError(
-                "loss",
-                f"loss.mask_ratio_low={self.mask_ratio_low} and loss.mask_ratio_high={self.mask_ratio_high} must "
-                "satisfy 0 <= low < 1 < high (defaults 0.125 and 8.0)")
-        if not self.kl_tau >= 0:
-            raise SettingError("loss",
-                               f"loss.kl_tau={self.kl_tau} must be >= 0 (0: no log-ratio penalty; prime-rl uses 1e-3)")
-        if not self.beta >= 0:
-            raise SettingError("loss", f"loss.beta={self.beta} must be >= 0 (0: no reference model, as TRL's default)")
 
 
 @dataclass

@@ -152,6 +152,23 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
     return spec
 
 
+class LazyFunction:
+    """A registered spec's function by import path (``"package.module:function"``), imported at its first call: the
+    specs and their configs are read where a config is checked (vf-rl's own process), which imports no torch."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self._fn = path, None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fn is None:
+            module, _, name = self.path.partition(":")
+            self._fn = getattr(importlib.import_module(module), name)
+        return self._fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<function {self.path}>"
+
+
 # (id(config), slot) -> (a weak reference to the config, its inputs' repr, the result): beside the config, not on
 # it, so the config still pickles (HF's Trainer saves its args with torch.save) whatever the result holds
 _BUILT: dict[tuple[int, str], tuple[Any, str, Any]] = {}

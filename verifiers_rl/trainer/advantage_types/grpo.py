@@ -1,18 +1,18 @@
 """``advantage.type = "grpo"`` (the default): a rollout's reward minus its group's mean, optionally divided by a
 reward std (``scale_rewards``); ``trainer/advantages.py:compute_advantages`` defines it. With ``length_penalty``
-(prime-rl's), the rewards are first shaped by length (``length_penalty.py``)."""
+(prime-rl's), the rewards are first shaped by length (``length_penalty.py``). Its function, ``grpo_advantages``,
+is in ``trainer/advantages.py``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import AdvantageSpec
-from verifiers_rl.trainer.advantage_types.length_penalty import (LengthPenaltyConfig, RolloutLengths,
-                                                                 length_penalty_config, length_shaped)
-from verifiers_rl.trainer.advantages import SCALE_REWARDS_CHOICES, compute_advantages
+from verifiers_rl.trainer.advantage_types.length_penalty import LengthPenaltyConfig, length_penalty_config
+from verifiers_rl.trainer.typed_table import LazyFunction
+
+SCALE_REWARDS_CHOICES = ("none", "group", "batch")
 
 
 @dataclass
@@ -31,11 +31,6 @@ class GRPOAdvantageConfig:
                                             f"{', '.join(SCALE_REWARDS_CHOICES)}")
 
 
-def grpo_advantages(rewards: torch.Tensor, group_size: int, config: GRPOAdvantageConfig,
-                    lengths: RolloutLengths | None = None) -> torch.Tensor:
-    if config.length_penalty is not None:
-        rewards = length_shaped(rewards, group_size, lengths, config.length_penalty)
-    return compute_advantages(rewards, group_size, config.scale_rewards)
-
-
-ADVANTAGE = AdvantageSpec("grpo", grpo_advantages, GRPOAdvantageConfig, uses_lengths=True)
+# its function in trainer/advantages.py (torch)
+ADVANTAGE = AdvantageSpec(
+    "grpo", LazyFunction("verifiers_rl.trainer.advantages:grpo_advantages"), GRPOAdvantageConfig, uses_lengths=True)

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from verifiers_rl.trainer.advantage_types import AdvantageSpec
-from verifiers_rl.trainer.advantages import compute_advantages
+from verifiers_rl.trainer.typed_table import LazyFunction
 
 
 @dataclass
@@ -25,11 +23,6 @@ class MaxRLAdvantageConfig:
     """MaxRL has no keys of its own."""
 
 
-def max_rl_advantages(rewards: torch.Tensor, group_size: int, config: MaxRLAdvantageConfig) -> torch.Tensor:
-    centred = compute_advantages(rewards, group_size, "none")  # checks shape and values: r - mean(r)
-    mean = rewards.float().view(-1, group_size).mean(dim=1, keepdim=True)
-    scaled = centred.view(-1, group_size) / mean.clamp(min=torch.finfo(torch.float32).tiny)
-    return torch.where(mean > 0, scaled, torch.zeros_like(scaled)).view(-1)
-
-
-ADVANTAGE = AdvantageSpec("max_rl", max_rl_advantages, MaxRLAdvantageConfig)
+# its function in trainer/advantages.py (torch)
+ADVANTAGE = AdvantageSpec(
+    "max_rl", LazyFunction("verifiers_rl.trainer.advantages:max_rl_advantages"), MaxRLAdvantageConfig)

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from verifiers_rl.trainer.advantage_types import AdvantageSpec
-from verifiers_rl.trainer.advantages import compute_advantages
+from verifiers_rl.trainer.typed_table import LazyFunction
 
 
 @dataclass
@@ -25,12 +23,6 @@ class RLOOAdvantageConfig:
     """RLOO has no keys of its own."""
 
 
-def rloo_advantages(rewards: torch.Tensor, group_size: int, config: RLOOAdvantageConfig) -> torch.Tensor:
-    if isinstance(group_size, int) and not isinstance(group_size, bool) and group_size < 2:
-        raise ValueError(f"advantage.type='rloo' needs group_size >= 2 (got {group_size}): the leave-one-out "
-                         "baseline of a rollout is the mean of the others in its group")
-    # compute_advantages checks the shape and values and gives r - mean(r); leave-one-out rescales it
-    return compute_advantages(rewards, group_size, "none") * (group_size / (group_size - 1))
-
-
-ADVANTAGE = AdvantageSpec("rloo", rloo_advantages, RLOOAdvantageConfig, min_group_size=2)
+# its function in trainer/advantages.py (torch)
+ADVANTAGE = AdvantageSpec(
+    "rloo", LazyFunction("verifiers_rl.trainer.advantages:rloo_advantages"), RLOOAdvantageConfig, min_group_size=2)

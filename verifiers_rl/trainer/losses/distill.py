@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verifiers_rl.trainer.distill_loss import opd_loss, sft_loss
-from verifiers_rl.trainer.loss import LossConfig
 from verifiers_rl.trainer.losses import LossSpec
+from verifiers_rl.trainer.losses.default import LossConfig
+from verifiers_rl.trainer.typed_table import LazyFunction
 
 
 @dataclass
@@ -16,7 +16,8 @@ class SFTLossConfig:
     """Cross-entropy on the teacher's tokens: nothing to set."""
 
 
-OPD = LossSpec("opd", opd_loss, LossConfig, mode="opd",
+OPD = LossSpec("opd", LazyFunction("verifiers_rl.trainer.distill_loss:opd_loss"), LossConfig, mode="opd",
                when_empty={"importance_ratio/min": 1.0, "importance_ratio/max": 1.0},
                console=(("mismatch_kl/mean", "kl"), ("teacher_kl/mean", "teacher_kl")))
-SFT = LossSpec("sft", sft_loss, SFTLossConfig, mode="sft", console=(("sft/nll/mean", "nll"),))
+SFT = LossSpec("sft", LazyFunction("verifiers_rl.trainer.distill_loss:sft_loss"), SFTLossConfig, mode="sft",
+               console=(("sft/nll/mean", "nll"),))
