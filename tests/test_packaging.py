@@ -161,8 +161,10 @@ def test_installed_wheel_runs_the_quickstart_and_every_example_from_an_empty_dir
     # the package imports from the venv, not from the repository
     r = _run([bin_dir / "python", "-c", "import verifiers_rl; print(verifiers_rl.__file__)"], ws, env)
     assert Path(r.stdout.strip()).is_relative_to(bin_dir.parent), r.stdout
+    # the rows 20 warm-up steps of 16 draw (SFTTrainer prepares every row it is given: all 20k, 25 s) and a short eval
     _run([bin_dir / "vf-rl", "@", "configs/vf-rl/quickstart.toml", "--trainer.args.max-steps", "2",
-          "--warmup.max-steps", "20"], ws, env, timeout=900)
+          "--warmup.max-steps", "20", "--warmup.num-examples", "320", "--eval.num-examples", "32"], ws, env,
+         timeout=900)
     rl = ws / "outputs" / "quickstart" / "rl"
     checkpoints = sorted(p.name for p in rl.glob("checkpoint-*"))
     assert checkpoints and checkpoints[-1] == "checkpoint-2", sorted(p.name for p in rl.iterdir())
