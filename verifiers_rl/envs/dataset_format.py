@@ -26,6 +26,11 @@ def quiet_map(dataset: Any, fn: Any, **kwargs: Any) -> Any:
             enable_progress_bars()
 
 
+def batch_len(rows: dict) -> int:
+    """How many rows a batch of columns (``quiet_map``'s ``fn`` argument) holds."""
+    return len(next(iter(rows.values()), []))
+
+
 class DatasetFormatting:
     system_prompt: str | None
     few_shot: Messages | None
@@ -82,7 +87,7 @@ class DatasetFormatting:
         if "task" in dataset.column_names:
             return dataset
         task = self.env_id or "default"
-        return quiet_map(dataset, lambda rows: {"task": [task] * len(next(iter(rows.values())))}, **(map_kwargs or {}))
+        return quiet_map(dataset, lambda rows: {"task": [task] * batch_len(rows)}, **(map_kwargs or {}))
 
     def _format_dataset(self, dataset: Any, system_prompt: str | None = None, few_shot: Messages | None = None,
                         question_key: str = "question", answer_key: str = "answer",

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from verifiers_rl.envs.dataset_format import quiet_map
+from verifiers_rl.envs.dataset_format import batch_len, quiet_map
 from verifiers_rl.envs.environment import Environment
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages, RolloutInput, RolloutOutput, SamplingArgs, State
@@ -248,7 +248,7 @@ class _TaskTag:
         self.name, self.tag_info = name, tag_info
 
     def __call__(self, rows: dict) -> dict:  # a batch of rows, as columns (quiet_map)
-        n = len(next(iter(rows.values()), []))
+        n = batch_len(rows)
         if self.tag_info:
             infos = rows.get("info") or [None] * n
             return {"task": [self.name] * n, "info": [{**(i or {}), "env_id": self.name} for i in infos]}

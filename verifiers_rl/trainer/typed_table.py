@@ -132,8 +132,7 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
     omitted), or one outside the package by import path, ``"package.module:ATTRIBUTE"`` (as prime-rl's
     ``import_path``), which must be a ``spec_type``. Anything else is one line."""
     if isinstance(name, str) and name in registry:
-        module, _, attr = registry[name].partition(":")
-        return getattr(importlib.import_module(module), attr or default_attr)
+        return imported(registry[name], default_attr)
     if not isinstance(name, str) or ":" not in name:
         raise SettingError(section,
                            f"{section}.type={name!r} is not one of {', '.join(registry)}; set {section}.type to one "
@@ -152,6 +151,12 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
     return spec
 
 
+def imported(path: str, default_attr: str = "") -> Any:
+    """The attribute ``"package.module:attribute"`` names (``default_attr`` when the path has no ``:attribute``)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr or default_attr)
+
+
 class LazyFunction:
     """A registered spec's function by import path (``"package.module:function"``), imported at its first call: the
     specs and their configs are read where a config is checked (vf-rl's own process), which imports no torch."""
@@ -161,8 +166,7 @@ class LazyFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._fn is None:
-            module, _, name = self.path.partition(":")
-            self._fn = getattr(importlib.import_module(module), name)
+            self._fn = imported(self.path)
         return self._fn(*args, **kwargs)
 
     def __repr__(self) -> str:
