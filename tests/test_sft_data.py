@@ -86,6 +86,34 @@ def test_tools_and_chat_template_kwargs_columns_reach_the_template(tok):
     assert str(e.value).startswith("data row 1: column 'tools': not valid JSON")
 
 
+def test_a_dataset_tokenizes_in_batches_exactly_as_row_by_row(tok, monkeypatch):
+    """tokenize_dataset renders and tokenizes the rows' conversations in batches: the same samples as each row on
+    its own, for every kind of row (options of its own, a split row, a first message trained, one the template
+    cannot render), in far fewer apply_chat_template calls."""
+    tok.chat_template = ("{%- if greeting is defined %}{{- greeting }}{%- endif %}{%- if messages[0].role == 'boom' %}"
+                         "{{- raise_exception('no boom') }}{%- endif %}" + QWEN3_STYLE)
+    rows = [{"prompt": [{"role": "user", "content": f"say {i}"}], "completion": f"{i}" * (i % 5 + 1)}
+            for i in range(40)]
+    rows += [{"messages": TWO_TURNS}, {"messages": TWO_TURNS[:2]}, {"prompt": "q", "completion": "a",
+             "chat_template_kwargs": {"greeting": "HI"}}, {"messages": [{"role": "assistant", "content": "first"}]}]
+    alone = [tokenize_samples(r, tok, 512, where=f"data row {k}") for k, r in enumerate(rows)]
+    calls = []
+    real = type(tok).apply_chat_template
+    monkeypatch.setattr(type(tok), "apply_chat_template",
+                        lambda self, *a, **kw: calls.append(1) or real(self, *a, **kw))
+    samples, n_split = tokenize_dataset(rows, tok, 512)
+    assert samples == [s for out, _ in alone for s in out] and n_split == sum(split for _, split in alone) == 1
+    assert len(calls) < 15 < len(rows)  # two batches, then the split row and the row with options of their own
+    assert tokenize_dataset(rows, tok, 8)[0] == [s for r in rows for s in tokenize_samples(r, tok, 8)[0]]
+    boom = {"messages": [{"role": "boom", "content": "x"}, *TWO_TURNS[1:2]]}
+    with pytest.raises(Exception) as alone_error:
+        tokenize_samples(boom, tok, 512)
+    with pytest.raises(Exception) as e:  # a batch the template refuses: each of its rows alone, as before
+        tokenize_dataset([*rows[:3], boom], tok, 512)
+    assert type(e.value) is type(alone_error.value) and str(e.value) == str(alone_error.value)
+    assert "no boom" in str(e.value)
+
+
 def _vf_sft(tmp_path, config: str):
     path = tmp_path / "sft.toml"
     path.write_text(config)

@@ -85,16 +85,29 @@ def _is_prefix(short: list[int], long: list[int]) -> bool:
     return len(short) <= len(long) and long[:len(short)] == short
 
 
-def _masked(tokenizer: Any, messages: list[dict[str, Any]], trained: list[int],
-            options: dict[str, Any]) -> tuple[list[int], list[int]]:
+def _renders(messages: list[dict[str, Any]], trained: list[int]) -> list[tuple[int, bool]]:
+    """The renderings `_masked` reads, as (how many leading messages, with the generation prompt): the whole
+    conversation, and around each trained message the conversation before it (with the generation prompt before an
+    assistant turn) and through it (the whole again when it is the last)."""
+    keys = {(len(messages), False): None}
+    for i in trained:
+        keys[(i, messages[i].get("role") == "assistant")] = None
+        keys[(i + 1, False)] = None
+    return list(keys)
+
+
+def _masked(tokenizer: Any, messages: list[dict[str, Any]], trained: list[int], options: dict[str, Any],
+            rendered: dict[tuple[int, bool], list[int]] | None = None) -> tuple[list[int], list[int]]:
     """(ids, mask) of `messages` with loss on the messages at `trained`; _NotPrefix(i) when message i's span
-    cannot be found in the whole rendering."""
-    ids = _ids(tokenizer, messages, options=options)
+    cannot be found in the whole rendering. `rendered`: `_renders`' token ids, when tokenized already."""
+    if rendered is None:
+        rendered = {(n, gen): _ids(tokenizer, messages[:n], add_generation_prompt=gen, options=options)
+                    for n, gen in _renders(messages, trained)}
+    ids = rendered[(len(messages), False)]
     mask = [0] * len(ids)
     for i in trained:
-        head = _ids(tokenizer, messages[:i], add_generation_prompt=messages[i].get("role") == "assistant",
-                    options=options)
-        through = _ids(tokenizer, messages[:i + 1], options=options)
+        head = rendered[(i, messages[i].get("role") == "assistant")]
+        through = rendered[(i + 1, False)]
         if not (_is_prefix(head, through) and _is_prefix(through, ids)):
             raise _NotPrefix(i)
         for j in range(len(head), len(through)):
@@ -133,14 +146,16 @@ def _conversation(row: dict[str, Any], roles: tuple[str, ...]) -> tuple[list[dic
 
 def tokenize_samples(row: dict[str, Any], tokenizer: Any, max_length: int,
                      loss_roles: tuple[str, ...] | list[str] = ("assistant",), on_mismatch: str = "split",
-                     where: str = "row") -> tuple[list[dict[str, list[int]]], bool]:
+                     where: str = "row", rendered: dict[tuple[int, bool], list[int]] | None = None
+                     ) -> tuple[list[dict[str, list[int]]], bool]:
     """([{"input_ids", "assistant_masks"}, ...], whether the row was split) for one row. One sample, unless the
-    template re-renders earlier turns and `on_mismatch` is "split". Raises TemplateMismatchError (one line)."""
+    template re-renders earlier turns and `on_mismatch` is "split". Raises TemplateMismatchError (one line).
+    `rendered`: the row's renderings tokenized already (`tokenize_dataset` does them in batches)."""
     messages, trained = _conversation(row, tuple(loss_roles))
     options = template_options(row)
     split = False
     try:
-        pairs = [_masked(tokenizer, messages, trained, options)]
+        pairs = [_masked(tokenizer, messages, trained, options, rendered)]
     except _NotPrefix as e:
         if on_mismatch != "split":
             raise TemplateMismatchError(_mismatch_line(where, e.index, messages, "data.on_template_mismatch = "
@@ -174,9 +189,11 @@ def tokenize_dataset(rows: list[dict[str, Any]], tokenizer: Any, max_length: int
     """(samples, rows split) for every row; a bad row is one line naming its index."""
     samples: list[dict[str, list[int]]] = []
     n_split = 0
+    rendered = _render_in_batches(rows, tokenizer, tuple(loss_roles))
     for k, row in enumerate(rows):
         try:
-            out, split = tokenize_samples(row, tokenizer, max_length, loss_roles, on_mismatch, f"{label} row {k}")
+            out, split = tokenize_samples(row, tokenizer, max_length, loss_roles, on_mismatch, f"{label} row {k}",
+                                          rendered.get(k))
         except SFTDataError:
             raise
         except ValueError as e:
@@ -184,3 +201,45 @@ def tokenize_dataset(rows: list[dict[str, Any]], tokenizer: Any, max_length: int
         samples += out
         n_split += split
     return samples, n_split
+
+
+BATCH_ROWS = 256  # conversations per apply_chat_template call
+
+
+def _render_in_batches(rows: list[dict[str, Any]], tokenizer: Any, roles: tuple[str, ...]
+                       ) -> dict[int, dict[tuple[int, bool], list[int]]]:
+    """Row index -> `_renders`' token ids, for the rows without per-row template options: apply_chat_template
+    over a list of conversations renders each as alone and tokenizes them in one call (about half of a row's cost
+    one at a time). A row left out (options of its own, a column it cannot read, a batch the template refuses) is
+    rendered on its own as before, and so fails with its own line."""
+    wanted: dict[bool, list[tuple[int, tuple[int, bool], list[dict[str, Any]]]]] = {False: [], True: []}
+    for k, row in enumerate(rows):
+        try:
+            if template_options(row):
+                continue
+            messages, trained = _conversation(row, roles)
+        except Exception:
+            continue
+        for n, gen in _renders(messages, trained):
+            wanted[gen].append((k, (n, gen), messages[:n]))
+    out: dict[int, dict[tuple[int, bool], list[int]]] = {}
+    failed: set[int] = set()
+    empty = {gen: _ids(tokenizer, [], gen) for gen in (False, True) if any(not m for *_, m in wanted[gen])}
+    for gen, items in wanted.items():  # an empty conversation is `_ids`' (some templates cannot render one)
+        for k, key, _ in items:
+            if not key[0]:
+                out.setdefault(k, {})[key] = empty[gen]
+        wanted[gen] = [item for item in items if item[1][0]]
+    for gen, items in wanted.items():
+        for start in range(0, len(items), BATCH_ROWS):
+            chunk = items[start:start + BATCH_ROWS]
+            try:
+                ids = tokenizer.apply_chat_template([m for _, _, m in chunk], tokenize=True, add_generation_prompt=gen)
+                if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+                    ids = ids["input_ids"]
+            except Exception:
+                failed.update(k for k, _, _ in chunk)
+                continue
+            for (k, key, _), one in zip(chunk, ids):
+                out.setdefault(k, {})[key] = list(one)
+    return {k: v for k, v in out.items() if k not in failed}
