@@ -209,16 +209,30 @@ def test_the_settings_a_loss_cannot_take_are_one_line_each():
 TRL_TYPES = ["grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
 
 
-@pytest.mark.integration  # vf-rl runs its trainer in a worker process
-@pytest.mark.parametrize("kind", TRL_TYPES)
-def test_each_trl_loss_type_trains_two_steps_through_vf_rl(kind, tiny_model_dir, tmp_path, monkeypatch):
-    from two_steps import two_steps_through_vf_rl
-
+def _loss_line(kind: str) -> str:
     extra = {"grpo": ', importance_sampling_level = "sequence"',  # GSPO
              "cispo": ', importance_sampling_mode = "sequence_mask"',  # TRL's default sampler correction
              "vespo": ', importance_sampling_mode = "token_truncate"'}.get(kind, "")
-    steps = two_steps_through_vf_rl(tiny_model_dir, tmp_path, monkeypatch,
-                                    f'loss = {{ type = "{kind}", beta = 0.01{extra} }}')
+    return f'loss = {{ type = "{kind}", beta = 0.01{extra} }}'
+
+
+@pytest.mark.integration  # vf-rl runs its trainer in a worker process
+def test_a_trl_loss_type_trains_two_steps_through_vf_rls_worker(tiny_model_dir, tmp_path, monkeypatch):
+    from two_steps import two_steps_through_vf_rl
+
+    _check_two_steps("vespo", two_steps_through_vf_rl(tiny_model_dir, tmp_path, monkeypatch, _loss_line("vespo")))
+
+
+@pytest.mark.parametrize("kind", TRL_TYPES)
+def test_each_trl_loss_type_trains_two_steps_from_a_vf_rl_config(kind, tiny_model_dir, tmp_path, monkeypatch):
+    """Each type from a vf-rl config, checked and resolved by vf-rl, trained by the worker's code in this process
+    (the worker process itself: the test above)."""
+    from two_steps import two_steps_in_process
+
+    _check_two_steps(kind, two_steps_in_process(tiny_model_dir, tmp_path, monkeypatch, _loss_line(kind)))
+
+
+def _check_two_steps(kind: str, steps: list[dict]) -> None:
     assert [s["step"] for s in steps] == [1, 2], steps
     assert all(s["importance_ratio/min"] > 0 and s["loss_tokens"] > 0 for s in steps), steps[-1]
     if kind in ("cispo", "vespo"):  # the sampler correction's metrics reach the run's log

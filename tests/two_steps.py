@@ -1,5 +1,5 @@
 """Two training steps through `vf-rl` on the tiny model with a given objective, shared by the loss tests
-(`from two_steps import two_steps_through_vf_rl`)."""
+(`from two_steps import two_steps_through_vf_rl, two_steps_in_process`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,41 @@ def two_steps_through_vf_rl(model_dir: Path, tmp_path: Path, monkeypatch: Any, o
     `objectives` (TOML lines of [trainer.args], e.g. `loss = {...}`) added; the logged training steps."""
     from verifiers_rl.cli import rl as rl_cli
 
+    out = _write_run(model_dir, tmp_path, monkeypatch, objectives)
+    assert rl_cli.main(["@", "run.toml", "--output-dir", str(out)]) == 0
+    return _steps(out)
+
+
+def two_steps_in_process(model_dir: Path, tmp_path: Path, monkeypatch: Any, objectives: str) -> list[dict]:
+    """The same run with vf-rl's process boundary left out, so that a test of many objectives pays the trainer's
+    imports once: `vf-rl --dry-run` checks the config and writes what it hands its worker (configs/rl.toml), and
+    this process does the worker's work on that file (`load_run`, then `launching.pipeline.run`)."""
+    from rich.console import Console
+
+    from verifiers_rl.cli import rl as rl_cli
+    from verifiers_rl.config.schema import load_run
+    from verifiers_rl.launching.pipeline import run
+
+    out = _write_run(model_dir, tmp_path, monkeypatch, objectives)
+    assert rl_cli.main(["@", "run.toml", "--output-dir", str(out), "--dry-run"]) == 0
+    resolved, _ = load_run(["@", str(out / "configs" / "rl.toml")])
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    try:
+        run(resolved.cfg, resolved.rl_kwargs, Console(quiet=True))
+    finally:  # the worker turns transformers' bars off for its process: this one is the test session's
+        if bars:
+            hf_logging.enable_progress_bar()
+    return _steps(out)
+
+
+def _steps(out: Path) -> list[dict]:
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [s for s in steps if "loss/mean" in s]
+
+
+def _write_run(model_dir: Path, tmp_path: Path, monkeypatch: Any, objectives: str) -> Path:
     (tmp_path / "run.toml").write_text(f"""
 model = "{model_dir}"
 
@@ -40,9 +75,6 @@ save_steps = 100
 seed = 0
 {objectives}
 """)
-    out = tmp_path / "out"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert rl_cli.main(["@", "run.toml", "--output-dir", str(out)]) == 0
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [s for s in steps if "loss/mean" in s]
+    return tmp_path / "out"
