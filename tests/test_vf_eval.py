@@ -1,4 +1,5 @@
-"""vf-eval end to end: real subprocesses, the offline tiny model and the local engine."""
+"""vf-eval end to end: real subprocesses (the six examples: vf-eval's main in the test's process), the offline tiny model
+and the local engine."""
 
 import json
 import os
@@ -18,11 +19,30 @@ def vf_eval(*args, cwd=REPO, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def vf_eval_here(monkeypatch, capsys, *args) -> tuple[int, str]:
+    """vf-eval's `main` in this process (the command's own process: the other tests here, and the installed
+    wheel's in test_packaging): (exit code, stderr)."""
+    from transformers.utils import logging as hf_logging
+
+    from verifiers_rl.cli.eval import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(REPO)
+    bars = hf_logging.is_progress_bar_enabled()
+    try:
+        code = main([str(a) for a in args])
+    finally:  # vf-eval turns transformers' bars off for its process: this one is the test session's
+        if bars:
+            hf_logging.enable_progress_bar()
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("env_id", ENVS)
-def test_every_example_environment_evaluates_offline(env_id, tiny_model_dir, tmp_path):
+def test_every_example_environment_evaluates_offline(env_id, tiny_model_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "f.jsonl"
-    r = vf_eval(env_id, "-m", tiny_model_dir, "-n", 4, "-r", 2, "-t", 24, "--output", out)
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, stderr = vf_eval_here(monkeypatch, capsys, env_id, "-m", tiny_model_dir, "-n", 4, "-r", 2, "-t", 24,
+                                "--output", out)
+    assert code == 0, stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 8
     for row in rows:
@@ -37,7 +57,7 @@ def test_every_example_environment_evaluates_offline(env_id, tiny_model_dir, tmp
     assert len(replied) >= 4
     for row in replied:
         assert row["completion"] and row["completion"][0]["role"] == "assistant"
-    assert "reward" in r.stderr  # the summary table
+    assert "reward" in stderr  # the summary table
 
 
 def test_unknown_env_is_one_line_listing_what_exists(tiny_model_dir):
