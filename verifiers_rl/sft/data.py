@@ -76,9 +76,12 @@ def _ids(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: 
         if messages:
             raise
         return []  # a template that cannot render an empty conversation: nothing comes before the first message
-    if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
-        out = out["input_ids"]
-    return list(out)
+    return list(_input_ids(out))
+
+
+def _input_ids(out: Any) -> Any:
+    """apply_chat_template's token ids: transformers 5 returns them in a BatchEncoding, 4 as they are."""
+    return out["input_ids"] if hasattr(out, "keys") else out
 
 
 def _is_prefix(short: list[int], long: list[int]) -> bool:
@@ -224,19 +227,18 @@ def _render_in_batches(rows: list[dict[str, Any]], tokenizer: Any, roles: tuple[
             wanted[gen].append((k, (n, gen), messages[:n]))
     out: dict[int, dict[tuple[int, bool], list[int]]] = {}
     failed: set[int] = set()
-    empty = {gen: _ids(tokenizer, [], gen) for gen in (False, True) if any(not m for *_, m in wanted[gen])}
-    for gen, items in wanted.items():  # an empty conversation is `_ids`' (some templates cannot render one)
-        for k, key, _ in items:
-            if not key[0]:
-                out.setdefault(k, {})[key] = empty[gen]
-        wanted[gen] = [item for item in items if item[1][0]]
     for gen, items in wanted.items():
+        empty = [(k, key) for k, key, m in items if not m]  # `_ids`' answer (some templates cannot render one)
+        if empty:
+            nothing = _ids(tokenizer, [], gen)
+            for k, key in empty:
+                out.setdefault(k, {})[key] = nothing
+        items = [item for item in items if item[2]]
         for start in range(0, len(items), BATCH_ROWS):
             chunk = items[start:start + BATCH_ROWS]
             try:
-                ids = tokenizer.apply_chat_template([m for _, _, m in chunk], tokenize=True, add_generation_prompt=gen)
-                if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
-                    ids = ids["input_ids"]
+                ids = _input_ids(tokenizer.apply_chat_template([m for _, _, m in chunk], tokenize=True,
+                                                               add_generation_prompt=gen))
             except Exception:
                 failed.update(k for k, _, _ in chunk)
                 continue
