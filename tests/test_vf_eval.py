@@ -1,5 +1,5 @@
-"""vf-eval end to end: real subprocesses (the six examples: vf-eval's main in the test's process), the offline tiny model
-and the local engine."""
+"""vf-eval end to end: real subprocesses (the six examples: vf-eval's main in the test's process), the offline tiny
+model and the local engine."""
 
 import json
 import os
@@ -22,18 +22,16 @@ def vf_eval(*args, cwd=REPO, timeout=300):
 def vf_eval_here(monkeypatch, capsys, *args) -> tuple[int, str]:
     """vf-eval's `main` in this process (the command's own process: the other tests here, and the installed
     wheel's in test_packaging): (exit code, stderr)."""
-    from transformers.utils import logging as hf_logging
-
     from verifiers_rl.cli.eval import main
+    from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(REPO)
-    bars = hf_logging.is_progress_bar_enabled()
+    bars = quiet_bars_begin()  # vf-eval turns transformers' bars off for its process: this one is the session's
     try:
         code = main([str(a) for a in args])
-    finally:  # vf-eval turns transformers' bars off for its process: this one is the test session's
-        if bars:
-            hf_logging.enable_progress_bar()
+    finally:
+        quiet_bars_end(bars)
     return code, capsys.readouterr().err
 
 

@@ -27,18 +27,16 @@ def two_steps_in_process(model_dir: Path, tmp_path: Path, monkeypatch: Any, obje
     from verifiers_rl.cli import rl as rl_cli
     from verifiers_rl.config.schema import load_run
     from verifiers_rl.launching.pipeline import run
+    from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
 
     out = _write_run(model_dir, tmp_path, monkeypatch, objectives)
     assert rl_cli.main(["@", "run.toml", "--output-dir", str(out), "--dry-run"]) == 0
     resolved, _ = load_run(["@", str(out / "configs" / "rl.toml")])
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
+    bars = quiet_bars_begin()  # the worker turns transformers' bars off for its process: this one is the session's
     try:
         run(resolved.cfg, resolved.rl_kwargs, Console(quiet=True))
-    finally:  # the worker turns transformers' bars off for its process: this one is the test session's
-        if bars:
-            hf_logging.enable_progress_bar()
+    finally:
+        quiet_bars_end(bars)
     return _steps(out)
 
 

@@ -94,9 +94,14 @@ def _renders(messages: list[dict[str, Any]], trained: list[int]) -> list[tuple[i
     assistant turn) and through it (the whole again when it is the last)."""
     keys = {(len(messages), False): None}
     for i in trained:
-        keys[(i, messages[i].get("role") == "assistant")] = None
+        keys[_before(messages, i)] = None
         keys[(i + 1, False)] = None
     return list(keys)
+
+
+def _before(messages: list[dict[str, Any]], i: int) -> tuple[int, bool]:
+    """The rendering before message i: the generation prompt too when it is an assistant's turn."""
+    return i, messages[i].get("role") == "assistant"
 
 
 def _masked(tokenizer: Any, messages: list[dict[str, Any]], trained: list[int], options: dict[str, Any],
@@ -109,7 +114,7 @@ def _masked(tokenizer: Any, messages: list[dict[str, Any]], trained: list[int], 
     ids = rendered[(len(messages), False)]
     mask = [0] * len(ids)
     for i in trained:
-        head = rendered[(i, messages[i].get("role") == "assistant")]
+        head = rendered[_before(messages, i)]
         through = rendered[(i + 1, False)]
         if not (_is_prefix(head, through) and _is_prefix(through, ids)):
             raise _NotPrefix(i)
