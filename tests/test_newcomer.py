@@ -260,6 +260,7 @@ def test_vf_eval_hub_model_unreachable_hub(tmp_path):
                            "the model hub http://127.0.0.1:") and "connection refused" in line
     assert "local model dir" in line and "HF_HUB_OFFLINE=1" in line
     assert "note: the model hub" in r.stderr and "working offline" in r.stderr  # probed once, then offline
+    assert "verifiers runtime:" not in r.stderr  # the model is checked before the environment loads
     assert seconds < 240  # no retry storm (the libraries' retries took minutes); imports alone take ~10-20 s here
 
 
@@ -336,6 +337,7 @@ def test_a_model_path_that_does_not_exist_is_one_line(tmp_path):
     expected = f"error: model {missing!r}: no such directory (a hub id is 'name' or 'owner/name')"
     r, _ = _cli(tmp_path, "vf-eval", "reverse-text", "-a", '{"dataset_source": "offline"}', "-m", missing, "-n", "1")
     assert _one_error_line(r) == expected
+    assert "verifiers runtime:" not in r.stderr  # checked before the environment (and its dataset) loads
     r, _ = _cli(tmp_path, "vf-rl", "@", str(QUICKSTART), "--no-tiny-model", "--no-warmup", "--no-eval",
                 "--output-dir", str(tmp_path / "rl"), "--trainer.args.max-steps", "2", "--model", missing)
     assert _one_error_line(r) == expected

@@ -72,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     from verifiers_rl.errors import NetworkError
 
     console = Console(stderr=True)
+    from verifiers_rl.inference.clients import load_endpoints, resolve_model
+
+    endpoints = {} if args.base_url else load_endpoints()
+    if not args.base_url and args.model not in endpoints:
+        _check_local_model(args.model)
     try:
         from verifiers_rl.v1.entry import load_env_entry
 
@@ -87,11 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         sampling["temperature"] = args.temperature
     sampling.update(extra_sampling)
 
-    from verifiers_rl.inference.clients import resolve_model
-
     quiet_library_bars()
     try:
-        client, model_name, engine = resolve_model(args.model, args.base_url, args.api_key_var)
+        client, model_name, engine = resolve_model(args.model, args.base_url, args.api_key_var, endpoints=endpoints)
     except Exception as e:
         if network.is_hub_failure(e):
             fail(network.model_hub_message(args.model), code=1)
@@ -129,6 +132,20 @@ def main(argv: list[str] | None = None) -> int:
         console.print("error: every rollout errored: nothing was measured", markup=False, highlight=False)
         return 1
     return 0
+
+
+def _check_local_model(model: str) -> None:
+    """The model the local engine would load: a local dir, or a hub id the hub or its cache can give. Checked
+    before the environment loads its dataset and before torch is imported, so a mistyped -m is one line at once."""
+    from verifiers_rl import network
+    from verifiers_rl.errors import ModelNotFoundError, NetworkError
+
+    try:
+        network.check_model_reachable(model)
+    except ModelNotFoundError as e:
+        fail(str(e))
+    except NetworkError as e:
+        fail(str(e), code=1)
 
 
 def _check_judges(env, env_id: str, client, model_name: str, engine, console) -> None:

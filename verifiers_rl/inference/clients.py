@@ -48,12 +48,14 @@ def openai_client(base_url: str, api_key_var: str | None = None, timeout: float 
 
 
 def resolve_model(model: str, base_url: str | None, api_key_var: str | None,
-                  endpoints_path: str | Path = "configs/endpoints.py") -> tuple[Any, str, Any]:
+                  endpoints_path: str | Path = "configs/endpoints.py",
+                  endpoints: dict[str, dict[str, Any]] | None = None) -> tuple[Any, str, Any]:
     """Returns (client, model_name, engine_or_None). A URL or a named endpoint gives a server client;
-    otherwise `model` is a local dir, hub id or PEFT adapter dir served by the local engine."""
+    otherwise `model` is a local dir, hub id or PEFT adapter dir served by the local engine. `endpoints`: the
+    endpoints file as already loaded (else it is read here)."""
     if base_url:
         return openai_client(base_url, api_key_var), model, None
-    endpoints = load_endpoints(endpoints_path)
+    endpoints = load_endpoints(endpoints_path) if endpoints is None else endpoints
     if model in endpoints:
         url, key = endpoint_url_and_key(model, endpoints[model], endpoints_path)
         client = openai_client(url, api_key_var or key)
