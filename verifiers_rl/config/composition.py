@@ -119,17 +119,12 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def looks_hosted(raw: dict[str, Any]) -> bool:
-    """Whether a config is in the hosted format, `wandb` aside (the command line's --wandb fits either)."""
+def compose(raw: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """A merged config with the command line's shorthands applied (renamed keys, then --wandb), and whether it is
+    in the hosted format: decided once, `wandb` aside (the command line's --wandb fits either format); a config
+    that mixes the formats is one line."""
     from verifiers_rl.config.hosted import is_hosted
 
-    try:
-        return is_hosted({k: v for k, v in raw.items() if k != "wandb"})
-    except ConfigError:
-        return False  # a mixed config: the real check names it
-
-
-def compose(raw: dict[str, Any]) -> dict[str, Any]:
-    """A merged config with the command line's shorthands applied: renamed keys, then --wandb."""
     raw = apply_renames(raw)
-    return normalize_wandb(raw, looks_hosted(raw))
+    hosted = is_hosted({k: v for k, v in raw.items() if k != "wandb"})
+    return normalize_wandb(raw, hosted), hosted

@@ -82,8 +82,7 @@ def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, c
     own process checks it, without transformers (`trainer_args.build_rl_config`)."""
     options = options or {}
     origin: dict[str, str] = {}
-    raw = compose(raw)  # --wandb / --no-wandb, renamed keys (one warning each)
-    is_hosted = hosted_mod.is_hosted(raw)
+    raw, is_hosted = compose(raw)  # --wandb / --no-wandb, renamed keys (one warning each), the format
     if is_hosted:
         raw, origin = hosted_mod.translate(raw)
     try:
