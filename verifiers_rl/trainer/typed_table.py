@@ -100,15 +100,15 @@ def _caller_level() -> int:
     return level
 
 
-def table_of(value: Any, configs: dict[str, type]) -> dict[str, Any] | None:
-    """A settings value as a table: None -> {}, a dict -> a copy, an instance of one of ``configs`` (type name ->
-    config class, e.g. ``DAPOLossConfig(epsilon_high=0.3)`` in a notebook) -> its type and fields; None when it is
-    neither (the caller raises its own line)."""
+def table_of(value: Any, configs: Callable[[], dict[str, type]]) -> dict[str, Any] | None:
+    """A settings value as a table: None -> {}, a dict -> a copy, an instance of one of ``configs()`` (type name ->
+    config class, e.g. ``DAPOLossConfig(epsilon_high=0.3)`` in a notebook; looked up only for such a value) -> its
+    type and fields; None when it is neither (the caller raises its own line)."""
     if value is None:
         return {}
     if isinstance(value, dict):
         return dict(value)
-    names = [n for n, config in configs.items() if type(value) is config]
+    names = [n for n, config in configs().items() if type(value) is config]
     if names and dataclasses.is_dataclass(value):
         return {"type": names[0], **dataclasses.asdict(value)}
     return None

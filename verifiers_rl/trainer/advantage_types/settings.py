@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def advantage_table(advantage: Any) -> dict[str, Any]:
     """``RLConfig.advantage`` as a table: None, a table with ``type``, or an estimator's config object."""
-    table = table_of(advantage, {n: get_advantage(n).config for n in ADVANTAGES})
+    table = table_of(advantage, lambda: {n: get_advantage(n).config for n in ADVANTAGES})
     if table is not None:
         return table
     raise SettingError("advantage",
@@ -40,8 +40,9 @@ def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
 def _build(c: Any) -> tuple[AdvantageSpec, Any]:
     table = advantage_table(getattr(c, "advantage", None))
     kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
-    return get_advantage(kind), build_config("advantage", kind, table, c, ADVANTAGES,
-                                             lambda n: get_advantage(n).config)
+    spec = get_advantage(kind)
+    return spec, build_config("advantage", kind, table, c, ADVANTAGES,
+                              lambda n: spec.config if n == kind else get_advantage(n).config)
 
 
 def check_advantage(c: Any) -> None:

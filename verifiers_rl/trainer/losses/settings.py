@@ -14,7 +14,7 @@ from verifiers_rl.trainer.typed_table import build_config, built_once, deprecate
 def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
     """``RLConfig.loss`` as a table: None, a table with ``type``, or the config object of a loss ``mode`` trains with
     (``DAPOLossConfig(epsilon_high=0.3)`` in a notebook)."""
-    table = table_of(loss, {n: get_loss(n).config for n in loss_types(mode)})
+    table = table_of(loss, lambda: {n: get_loss(n).config for n in loss_types(mode)})
     if table is not None:
         return table
     raise SettingError("loss",
@@ -47,7 +47,8 @@ def _build(c: Any) -> tuple[LossSpec, Any]:
         fits = ", ".join(loss_types(mode)) or "none"
         raise SettingError("loss", f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
                                    f"training_mode={spec.mode!r} or loss.type to one of {fits}")
-    return spec, build_config("loss", kind, table, c, LOSSES, lambda n: get_loss(n).config)
+    return spec, build_config("loss", kind, table, c, LOSSES,
+                              lambda n: spec.config if n == kind else get_loss(n).config)
 
 
 def check_loss(c: Any) -> None:
