@@ -20,12 +20,12 @@ DEPRECATED_KEYS: dict[str, str] = {"mask_ratio_low": "loss", "mask_ratio_high": 
                                    "beta": "loss", "scale_rewards": "advantage"}
 
 
-def build_config(section: str, name: str, table: dict[str, Any], c: Any, names: Iterable[str],
+def build_config(section: str, name: str, config: type, table: dict[str, Any], c: Any, names: Iterable[str],
                  config_of: Callable[[str], type]) -> Any:
-    """Type ``name``'s config (``config_of(name)``; ``section`` e.g. loss, type dapo) built from ``table`` (its keys,
-    ``type`` removed) and the section's deprecated top-level keys read from ``c`` (None: unset); ``names``: the
-    registered types. An unknown key, a top-level key the type lacks, or one key set twice differently: one line."""
-    config = config_of(name)
+    """Type ``name``'s ``config`` (``section`` e.g. loss, type dapo) built from ``table`` (its keys, ``type``
+    removed) and the section's deprecated top-level keys read from ``c`` (None: unset); ``names``: the registered
+    types, ``config_of`` their configs (read only to name the type a misplaced key belongs to). An unknown key, a
+    top-level key the type lacks, or one key set twice differently: one line."""
     own = [f.name for f in dataclasses.fields(config)]
     for key in table:
         if key not in own:

@@ -41,8 +41,8 @@ def _build(c: Any) -> tuple[AdvantageSpec, Any]:
     table = advantage_table(getattr(c, "advantage", None))
     kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
     spec = get_advantage(kind)
-    return spec, build_config("advantage", kind, table, c, ADVANTAGES,
-                              lambda n: spec.config if n == kind else get_advantage(n).config)
+    return spec, build_config("advantage", kind, spec.config, table, c, ADVANTAGES,
+                              lambda n: get_advantage(n).config)
 
 
 def check_advantage(c: Any) -> None:

@@ -47,8 +47,7 @@ def _build(c: Any) -> tuple[LossSpec, Any]:
         fits = ", ".join(loss_types(mode)) or "none"
         raise SettingError("loss", f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
                                    f"training_mode={spec.mode!r} or loss.type to one of {fits}")
-    return spec, build_config("loss", kind, table, c, LOSSES,
-                              lambda n: spec.config if n == kind else get_loss(n).config)
+    return spec, build_config("loss", kind, spec.config, table, c, LOSSES, lambda n: get_loss(n).config)
 
 
 def check_loss(c: Any) -> None:
