@@ -137,8 +137,10 @@ def _install_wheel(tmp: Path, env: dict) -> Path:
     # the lock's versions, exactly: what `uv sync --frozen` installs in the clone
     _run([uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "--quiet", "-o", reqs], REPO, env)
     _run([uv, "venv", "--quiet", "--python", sys.executable, venv], tmp, {**env, "UV_OFFLINE": "1"})
-    # --compile-bytecode: what `pip install` does by default (uv pip does not)
-    how = _uv_offline_first([uv, "pip", "install", "--quiet", "--compile-bytecode", "--python",
+    # --compile-bytecode (what `pip install` does) where Python may not write it itself: every process would
+    # otherwise compile torch and transformers again at import
+    compile_ = ["--compile-bytecode"] if env.get("PYTHONDONTWRITEBYTECODE") else []
+    how = _uv_offline_first([uv, "pip", "install", "--quiet", *compile_, "--python",
                              str(venv / "bin" / "python"), "-r", str(reqs), str(wheel)], tmp, env)
     print(f"wheel {wheel.name} installed {how}")
     return venv / "bin"

@@ -104,8 +104,8 @@ def _pip_steps(py: Path, version: str) -> list[list[str]]:
 
 def _uv_steps(uv: str, py: Path, version: str, venv: Path, env: dict[str, str]) -> list[list[str]]:
     """`uv pip install` with pip's wheel folders and extra index (uv reads neither variable); the CUDA-linked
-    companions excluded. Unlike pip it compiles no bytecode ahead (a minute of CPU here): the first server start
-    compiles what it imports, a few seconds."""
+    companions excluded. It compiles bytecode ahead (a minute of CPU here) only where uv's settings say so (this
+    clone's pyproject does); otherwise the first server start compiles what it imports, a few seconds."""
     excludes = venv / "excludes.txt"
     excludes.write_text("\n".join(CUDA_COMPANIONS) + "\n")
     cmd = [uv, "pip", "install", "--python", str(py), "--excludes", str(excludes)]
