@@ -14,7 +14,7 @@ from verifiers_rl.config.loading import ConfigError, parse_args, read_env_file
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, RunConfig
 from verifiers_rl.config.trainer_args import build_rl_config, rl_field_info
 from verifiers_rl.config.validation import check_envs, rl_config_kwargs, validate_run_config
-from verifiers_rl.plan.gpus import asked_world_size
+from verifiers_rl.plan.gpus import asked_world_size, batch_split_problem
 from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS
 
 
@@ -44,10 +44,9 @@ def _check_batch_split(cfg: RunConfig, args: Any) -> None:
     """The batch splits evenly over the training processes the config asks for (RLConfig checks the world it
     runs in again, once torch.distributed is up)."""
     world, key = asked_world_size(cfg.trainer)
-    if world > 1 and args.batch_size % (args.micro_batch_size * world) != 0:
-        raise ConfigError(
-            f"trainer.args.batch_size: batch_size={args.batch_size} must be divisible by micro_batch_size x "
-            f"{key} = {args.micro_batch_size} x {world}; change batch_size or micro_batch_size")
+    problem = batch_split_problem(args.batch_size, args.micro_batch_size, world, key) if world > 1 else None
+    if problem:
+        raise ConfigError(f"trainer.args.batch_size: {problem}")
 
 
 def _check_resume(args: Any) -> None:

@@ -114,6 +114,15 @@ def asked_world_size(trainer: Any) -> tuple[int, str]:
     return max(1, gpu_ids(trainer.gpus, "trainer.gpus")), "trainer.gpus"
 
 
+def batch_split_problem(batch_size: int, micro_batch_size: int, world: int, world_name: str) -> str | None:
+    """The one rule for the batch split, checked before launch (the world a config asks for) and by RLConfig (the
+    world it runs in): None, or the message naming the fix."""
+    if batch_size % (micro_batch_size * world) == 0:
+        return None
+    return (f"batch_size={batch_size} must be divisible by micro_batch_size x {world_name} = {micro_batch_size} x "
+            f"{world}; change batch_size or micro_batch_size")
+
+
 def devices(spec: int | list[int] | tuple[int, ...] | None, start: int) -> tuple[int, ...]:
     """A count (the next `spec` ids from `start`) or explicit device ids."""
     if spec is None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from transformers import TrainingArguments
 
 from verifiers_rl.errors import SettingError
+from verifiers_rl.plan.gpus import batch_split_problem
 from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES, RLFields, field_default
 
 __all__ = ["DEFAULT_LORA_TARGET_MODULES", "RLConfig", "field_default"]
@@ -44,7 +45,6 @@ class RLConfig(RLFields, TrainingArguments):
         super().__post_init__()  # CheckpointSettings' checks, then TrainingArguments'
 
         # world_size is known only once transformers has set up the distributed state.
-        world = self.world_size
-        if self.batch_size % (self.micro_batch_size * world) != 0:
-            raise SettingError("batch_size", f"batch_size={self.batch_size} must be divisible by micro_batch_size x "
-                               f"world_size = {self.micro_batch_size} x {world}; change batch_size or micro_batch_size")
+        problem = batch_split_problem(self.batch_size, self.micro_batch_size, self.world_size, "world_size")
+        if problem:
+            raise SettingError("batch_size", problem)
