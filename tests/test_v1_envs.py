@@ -341,33 +341,38 @@ def test_vf_eval_runs_a_v1_env_with_its_usual_flags(tiny_model_dir, tmp_path):
     assert len(rows) == 4 and all(r.get("error") in (None, "") for r in rows), rows[:1]
 
 
-def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_dir, tmp_path):
+def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """An endless v1 taskset (tests/fixtures/v1_tiny_endless, shaped like verifiers' own alphabet_sort and
     kuhn_poker): without max_tasks one line saying how to bound it; with `args.max_tasks` vf-eval evaluates and
-    vf-rl trains two steps."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    eval_cmd = [*_cli("vfrl-eval", "verifiers_rl.cli.eval"), "v1_tiny_endless", "--env-path", str(FIXTURES), "-m",
-                str(tiny_model_dir), "-n", "3", "-r", "1", "-t", "8", "-o", str(tmp_path / "rollouts.jsonl")]
-    p = subprocess.run(eval_cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1, (p.stdout + p.stderr)[-3000:]
+    vf-rl trains two steps. Both commands' code runs in this process (their own processes: the other tests here)."""
+    from test_vf_eval import vf_eval_here
+    from two_steps import vf_rl_in_process
+
+    def vf_eval(*extra: str) -> tuple[int, list[str]]:
+        try:
+            code, err = vf_eval_here(monkeypatch, capsys, "v1_tiny_endless", "--env-path", FIXTURES, "-m",
+                                     tiny_model_dir, "-n", 3, "-r", 1, "-t", 8, "-o", tmp_path / "rollouts.jsonl",
+                                     *extra)
+        except SystemExit as e:  # a config error: the command's one line and exit code 2
+            code, err = e.code, capsys.readouterr().err
+        return code, err.strip().splitlines()
+
+    code, lines = vf_eval()
+    assert code == 2 and len(lines) == 1, lines[-20:]
     assert "is endless" in lines[0] and "max_tasks" in lines[0] and "--env-args" in lines[0], lines[0]
-    p = subprocess.run([*eval_cmd, "-a", json.dumps({"max_tasks": 3})], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    code, lines = vf_eval("-a", json.dumps({"max_tasks": 3}))
+    assert code == 0, lines[-40:]
     rows = [json.loads(l) for l in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r.get("error") in (None, "") for r in rows), rows[:1]
-    bad = subprocess.run([*eval_cmd, "-a", json.dumps({"max_tasks": 0})], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert bad.returncode == 2 and "args.max_tasks = 0 must be a whole number >= 1" in bad.stderr, bad.stderr
+    code, lines = vf_eval("-a", json.dumps({"max_tasks": 0}))
+    assert code == 2 and "args.max_tasks = 0 must be a whole number >= 1" in "\n".join(lines), lines[-20:]
     text = (FIXTURES / "v1_tiny_reverse.toml").read_text().replace('id = "v1_tiny_reverse"', 'id = "v1_tiny_endless"')
     text = text.replace("args = { taskset", "args = { max_tasks = 4, taskset").replace('path = "."',
                                                                                         f'path = "{FIXTURES}"')
     (tmp_path / "run.toml").write_text(text)
-    p = subprocess.run([*_cli("vf-rl", "verifiers_rl.cli.rl"), "@", "run.toml", "--model", str(tiny_model_dir),
-                        "--no-eval"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    steps = [json.loads(l) for l in (tmp_path / "outputs/v1-tiny-reverse/metrics.jsonl").read_text().splitlines()]
+    monkeypatch.chdir(tmp_path)
+    vf_rl_in_process(["@", "run.toml", "--model", str(tiny_model_dir), "--no-eval"], tmp_path / "out")
+    steps = [json.loads(l) for l in (tmp_path / "out/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in steps if "reward/all/mean" in r] == [1, 2]
 
 

@@ -22,6 +22,13 @@ def two_steps_in_process(model_dir: Path, tmp_path: Path, monkeypatch: Any, obje
     """The same run with vf-rl's process boundary left out, so that a test of many objectives pays the trainer's
     imports once: `vf-rl --dry-run` checks the config and writes what it hands its worker (configs/rl.toml), and
     this process does the worker's work on that file (`load_run`, then `launching.pipeline.run`)."""
+    out = _write_run(model_dir, tmp_path, monkeypatch, objectives)
+    vf_rl_in_process(["@", "run.toml"], out)
+    return _steps(out)
+
+
+def vf_rl_in_process(argv: list[str], out: Path) -> None:
+    """`vf-rl ARGV --output-dir OUT` with its process boundary left out (as `two_steps_in_process`)."""
     from rich.console import Console
 
     from verifiers_rl.cli import rl as rl_cli
@@ -29,15 +36,13 @@ def two_steps_in_process(model_dir: Path, tmp_path: Path, monkeypatch: Any, obje
     from verifiers_rl.launching.pipeline import run
     from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
 
-    out = _write_run(model_dir, tmp_path, monkeypatch, objectives)
-    assert rl_cli.main(["@", "run.toml", "--output-dir", str(out), "--dry-run"]) == 0
+    assert rl_cli.main([*argv, "--output-dir", str(out), "--dry-run"]) == 0
     resolved, _ = load_run(["@", str(out / "configs" / "rl.toml")])
     bars = quiet_bars_begin()  # the worker turns transformers' bars off for its process: this one is the session's
     try:
         run(resolved.cfg, resolved.rl_kwargs, Console(quiet=True))
     finally:
         quiet_bars_end(bars)
-    return _steps(out)
 
 
 def _steps(out: Path) -> list[dict]:
