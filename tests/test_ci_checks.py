@@ -133,7 +133,7 @@ def test_a_run_that_hands_out_single_tests_starts_the_long_ones(pytester, monkey
     pytester.makepyfile(test_order="def test_a(): pass\ndef test_b(): pass\ndef test_c(): pass\n")
     path = str(pytester.path / "test_order.py")
     durations = pytester.path / "durations.txt"
-    durations.write_text(f"30.0  {path}\n20.0  {path}::test_c\n10.0  {path}::test_b\n")
+    durations.write_text(f"30.0  {path}\n20.0  test_order.py::test_c\n10.0  test_order.py::test_b\n")  # nodeids
     monkeypatch.setattr(tiers, "DURATIONS", durations)
 
     def order(*dist: str) -> list[str]:

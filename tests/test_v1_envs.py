@@ -349,12 +349,8 @@ def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_di
     from two_steps import vf_rl_in_process
 
     def vf_eval(*extra: str) -> tuple[int, list[str]]:
-        try:
-            code, err = vf_eval_here(monkeypatch, capsys, "v1_tiny_endless", "--env-path", FIXTURES, "-m",
-                                     tiny_model_dir, "-n", 3, "-r", 1, "-t", 8, "-o", tmp_path / "rollouts.jsonl",
-                                     *extra)
-        except SystemExit as e:  # a config error: the command's one line and exit code 2
-            code, err = e.code, capsys.readouterr().err
+        code, err = vf_eval_here(monkeypatch, capsys, "v1_tiny_endless", "--env-path", FIXTURES, "-m", tiny_model_dir,
+                                 "-n", 3, "-r", 1, "-t", 8, "-o", tmp_path / "rollouts.jsonl", *extra)
         return code, err.strip().splitlines()
 
     code, lines = vf_eval()

@@ -21,7 +21,8 @@ def vf_eval(*args, cwd=REPO, timeout=300):
 
 def vf_eval_here(monkeypatch, capsys, *args) -> tuple[int, str]:
     """vf-eval's `main` in this process (the command's own process: the other tests here, and the installed
-    wheel's in test_packaging): (exit code, stderr)."""
+    wheel's in test_packaging): (exit code, stderr); a config error's `SystemExit` (one line, code 2) counts as the
+    command's exit."""
     from verifiers_rl.cli.eval import main
     from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
 
@@ -30,6 +31,8 @@ def vf_eval_here(monkeypatch, capsys, *args) -> tuple[int, str]:
     bars = quiet_bars_begin()  # vf-eval turns transformers' bars off for its process: this one is the session's
     try:
         code = main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code
     finally:
         quiet_bars_end(bars)
     return code, capsys.readouterr().err

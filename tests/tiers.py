@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # hands out single tests (--dist load / loadgroup: .ci/run's extra venvs) gets its long tests first instead,
     # each recorded one by its own time, so no worker is left with a long test while the other idles.
     if config.getoption("dist", "no") in ("load", "loadgroup"):
-        items.sort(key=lambda item: (-known.get(_relative(item.path, root) + "::" + item.name, 0.0), file_key(item)))
+        items.sort(key=lambda item: (-known.get(item.nodeid, 0.0), file_key(item)))  # nodeid: as --durations names it
     else:
         items.sort(key=file_key)
 
@@ -109,7 +109,8 @@ def durations_lines(logs: list[str]) -> list[str]:
             tests[test] = max(sec, tests.get(test, 0.0))
     files: dict[str, float] = {}
     for test, sec in tests.items():
-        files[test.split("::")[0]] = files.get(test.split("::")[0], 0.0) + sec
+        path = test.split("::")[0]
+        files[path] = files.get(path, 0.0) + sec
     long = {t: s for t, s in tests.items() if s >= LONG_TEST}
     ordered = [kv for part in (files, long) for kv in sorted(part.items(), key=lambda kv: -kv[1])]
     return [f"{sec:8.1f}  {path}" for path, sec in ordered]
