@@ -40,9 +40,11 @@ def worker_main(config_path: str) -> int:
     from rich.console import Console
 
     from verifiers_rl.config.schema import load_run
+    from verifiers_rl.startup_gc import paused_gc
 
     try:
-        resolved, _ = load_run(["@", config_path])
+        with paused_gc():  # the RLConfig imports transformers: no collection over it until it is loaded
+            resolved, _ = load_run(["@", config_path])
         plan_path = Path(config_path).parent / PLAN_FILE
         # no plan.json: a config from `vf-rl --dry-run` started by hand (torchrun on several machines,
         # docs/multi-node.md): the trainer plans from its RLConfig, as in a script

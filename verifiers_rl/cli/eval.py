@@ -64,14 +64,46 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.debug:
         take_debug_flag(["--debug"])
-    note_offline_hub()
     from rich.console import Console
 
+    from verifiers_rl.startup_gc import paused_gc
+
+    console = Console(stderr=True)
+    with paused_gc():  # imports, the environment and the model: no collection over them until they are loaded
+        env, client, model_name = _load(args, env_args, console)
+    sampling: dict = {}
+    if args.max_tokens is not None:
+        sampling["max_tokens"] = args.max_tokens
+    if args.temperature is not None:
+        sampling["temperature"] = args.temperature
+    sampling.update(extra_sampling)
+    try:
+        states = asyncio.run(_run(env, client, model_name, args, sampling, console))
+    finally:
+        _close_v1(env)
+
+    from verifiers_rl.evaluation import all_errored, errors_line, summarize, write_jsonl
+
+    summary = summarize(states)
+    _print_summary(console, args.env_id, model_name, summary)
+    if args.output:
+        path = write_jsonl(states, args.output)
+        console.print(f"wrote {len(states)} rollouts to {path}")
+    errors = errors_line(states)
+    if errors:
+        console.print(errors, markup=False, highlight=False, soft_wrap=True)
+    if all_errored(states):  # an evaluation that measured nothing is a failure
+        console.print("error: every rollout errored: nothing was measured", markup=False, highlight=False)
+        return 1
+    return 0
+
+
+def _load(args: argparse.Namespace, env_args: dict, console: object) -> tuple:
+    """The environment, and the client and model name it is evaluated with (the local engine loaded here)."""
+    note_offline_hub()
     from verifiers_rl import network
     from verifiers_rl.envs.loading import EnvironmentArgsError, EnvironmentLoadError, EnvironmentNotFound
     from verifiers_rl.errors import NetworkError
-
-    console = Console(stderr=True)
     from verifiers_rl.inference.clients import load_endpoints, resolve_model
 
     endpoints = {} if args.base_url else load_endpoints()
@@ -85,12 +117,6 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(e), code=1)
     except (EnvironmentNotFound, EnvironmentArgsError, EnvironmentLoadError) as e:
         fail(str(e))
-    sampling: dict = {}
-    if args.max_tokens is not None:
-        sampling["max_tokens"] = args.max_tokens
-    if args.temperature is not None:
-        sampling["temperature"] = args.temperature
-    sampling.update(extra_sampling)
 
     quiet_library_bars()
     try:
@@ -113,25 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             fail(problem, code=1)
     _check_judges(env, args.env_id, client, model_name, engine, console)
-    try:
-        states = asyncio.run(_run(env, client, model_name, args, sampling, console))
-    finally:
-        _close_v1(env)
-
-    from verifiers_rl.evaluation import all_errored, errors_line, summarize, write_jsonl
-
-    summary = summarize(states)
-    _print_summary(console, args.env_id, model_name, summary)
-    if args.output:
-        path = write_jsonl(states, args.output)
-        console.print(f"wrote {len(states)} rollouts to {path}")
-    errors = errors_line(states)
-    if errors:
-        console.print(errors, markup=False, highlight=False, soft_wrap=True)
-    if all_errored(states):  # an evaluation that measured nothing is a failure
-        console.print("error: every rollout errored: nothing was measured", markup=False, highlight=False)
-        return 1
-    return 0
+    return env, client, model_name
 
 
 def _check_local_model(model: str) -> None:

@@ -247,6 +247,7 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     """Build the tiny model and SFT warm-up when asked, then RL-train with held-out eval before and after, on the
     launch's plan (`verifiers_rl.plan.RunPlan`; None: the trainer plans from its RLConfig)."""
     from verifiers_rl.config.schema import build_rl_config
+    from verifiers_rl.startup_gc import paused_gc
     from verifiers_rl.verbosity import quiet_library_bars
 
     quiet_library_bars()
@@ -255,23 +256,25 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     from verifiers_rl.launching.ranks import prepare_once
 
     prepare_once(cfg)  # several training processes: the tiny model and the warm-up are built once, by rank 0
-    model = _tiny_model(cfg, console)
-    env, sub_envs = _training_envs(cfg, load_environment)
-    from verifiers_rl.trainer.judges import check_judges, plan_policy
-
     say = lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
-    check_judges([env], plan_policy(plan.inference if plan is not None else None), say)  # before the warm-up
+    with paused_gc():  # what is imported and loaded before any training
+        model = _tiny_model(cfg, console)
+        env, sub_envs = _training_envs(cfg, load_environment)
+        from verifiers_rl.trainer.judges import check_judges, plan_policy
+
+        check_judges([env], plan_policy(plan.inference if plan is not None else None), say)  # before the warm-up
     model = _warmup(cfg, env, model, console)
     if plan is not None and plan.precision and rl_kwargs.get("bf16") is None:
         rl_kwargs = {**rl_kwargs, "bf16": plan.precision["train"] == "bf16"}  # decided once, by the plan
-    args = build_rl_config(rl_kwargs)
-    trainer = _trainer(plan, model, env, args)
-    from verifiers_rl.launching.ranks import clear_marker
+    with paused_gc():
+        args = build_rl_config(rl_kwargs)
+        trainer = _trainer(plan, model, env, args)
+        from verifiers_rl.launching.ranks import clear_marker
 
-    clear_marker()  # every rank is past prepare_once: the trainer's process group is up
+        clear_marker()  # every rank is past prepare_once: the trainer's process group is up
+        evals, sampling = _held_out(cfg, trainer, args, sub_envs, load_environment)
     result: dict[str, Any] = {"model": model, "output_dir": args.output_dir}
     ev = cfg.eval
-    evals, sampling = _held_out(cfg, trainer, args, sub_envs, load_environment)
     before: dict[str, list[dict[str, Any]]] = {}
     if ev is not None and ev.before:
         before = _eval_before(trainer, evals, sampling, console, result)

