@@ -12,6 +12,16 @@ from verifiers_rl.startup_gc import paused_gc
 
 
 @pytest.fixture
+def unfrozen():
+    """This process's heap as a command's is: nothing frozen (conftest freezes what the test modules imported; put
+    back afterwards)."""
+    gc.unfreeze()
+    yield
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture
 def collections():
     """The collections that end while the test runs, in order: (generation, objects collected)."""
     seen: list[tuple[int, int]] = []
@@ -77,7 +87,7 @@ def test_vf_eval_loads_with_the_collector_paused_and_runs_its_rollouts_with_it_o
     assert seen == {"load": False, "rollouts": True} and gc.isenabled()
 
 
-def test_sft_loads_with_the_collector_paused_and_trains_with_it_on(tiny_model_dir, tmp_path, monkeypatch):
+def test_sft_loads_with_the_collector_paused_and_trains_with_it_on(tiny_model_dir, tmp_path, monkeypatch, unfrozen):
     import verifiers_rl.sft.trainer as sft
 
     seen: dict[str, bool] = {}
@@ -90,6 +100,7 @@ def test_sft_loads_with_the_collector_paused_and_trains_with_it_on(tiny_model_di
 
         def training(*a, **kw):
             seen["train"] = gc.isenabled()
+            seen["frozen"] = gc.get_freeze_count() > 0  # what was loaded stays out of the loop's collections
             return train(*a, **kw)
 
         trainer[0].train = training
@@ -101,5 +112,35 @@ def test_sft_loads_with_the_collector_paused_and_trains_with_it_on(tiny_model_di
     settings = sft.SFTSettings(output_dir=str(tmp_path / "sft"), max_steps=2, batch_size=2, learning_rate=1e-3,
                                logging_steps=1, save_steps=100)
     out, loss = sft.run_sft(str(tiny_model_dir), rows, settings, header=False)
-    assert seen == {"load": False, "train": True} and gc.isenabled()
+    assert seen == {"load": False, "train": True, "frozen": True} and gc.isenabled()
+    assert gc.get_freeze_count() == 0  # put back when training ends
     assert (out / "model.safetensors").is_file() and loss > 0
+
+
+def test_rl_training_on_the_cpu_leaves_what_was_loaded_out_of_its_collections(tiny_model_dir, tmp_path, unfrozen):
+    from transformers import TrainerCallback
+
+    import verifiers_rl as vf
+    from test_trainer import make_config, make_env
+
+    frozen: list[int] = []
+
+    class Watch(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            frozen.append(gc.get_freeze_count())
+
+    trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path / "rl", max_steps=1),
+                           callbacks=[Watch()])
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert len(frozen) == 1 and frozen[0] > 10_000, frozen  # torch's, transformers' and the model's objects
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a process that froze its heap itself keeps it frozen through training
+    trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path / "again", max_steps=1))
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert gc.get_freeze_count() > 0  # not put back (0): what the trainer freed has left it, nothing more

@@ -46,7 +46,7 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     """Train; returns (output dir, final training loss). `label` names its progress bar; `header`: a line with
     the settings first (vf-rl's warm-up writes its own). `loss_roles`, `on_mismatch`: sft/data.py; `val_rows`:
     the validation loss every `val_interval` steps (and at the end). Raises SFTDataError (one line)."""
-    from verifiers_rl.startup_gc import paused_gc
+    from verifiers_rl.startup_gc import frozen_heap, paused_gc
 
     with paused_gc():  # the imports, the data and the model: no collection over them until they are loaded
         trainer, tokenizer, console, this_rank, world = _sft_trainer(
@@ -62,7 +62,8 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
                       f"lr {settings.learning_rate})")
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
     trainer.add_callback(SFTProgress(console, label))
-    result = trainer.train()
+    with frozen_heap(trainer.args.device.type == "cpu"):  # out of HF's first full collection, and later ones
+        result = trainer.train()
     if trainer.eval_dataset is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
         trainer.evaluate()  # the final model's validation loss too
     trainer.save_model(str(out))  # rank 0 writes (HF's should_save)

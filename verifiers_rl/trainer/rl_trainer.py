@@ -12,12 +12,12 @@ overrides). Callbacks use only the public names below.
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import torch
 from transformers import Trainer
 
+from verifiers_rl.startup_gc import frozen_heap
 from verifiers_rl.trainer import checkpoints, distributed, evaluation, setup
 from verifiers_rl.trainer.checkpoints import STAGING_DIR  # noqa: F401  (its old home)
 from verifiers_rl.trainer.config import RLConfig
@@ -132,17 +132,10 @@ class RLTrainer(TrainerHooks, Trainer):
             checkpoints.load_rl_state(self, resume_from_checkpoint)
         # HF Trainer reads the same field to run its own (dataset-based) evaluate: ours replaces it.
         self.args.eval_on_start = False
-        # HF's loop starts with a full gc.collect() (to hand garbage tensors' accelerator memory back): ~0.3 s
-        # over a process that imported torch, transformers and an environment. On CPU refcounting already
-        # frees those tensors, so the objects that exist now are left out of that collection.
-        frozen = self.args.device.type == "cpu"
-        if frozen:
-            gc.freeze()
         try:
-            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+            with frozen_heap(self.args.device.type == "cpu"):  # out of HF's first full collection, and later ones
+                return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
         finally:
-            if frozen:
-                gc.unfreeze()
             self.args.eval_on_start = eval_on_start
             self.orchestrator.close()
 
