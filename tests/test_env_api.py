@@ -1,7 +1,6 @@
 """The environment layer: datasets, turn loop, stop conditions, tools, rubric, parsers, loading."""
 
 import asyncio
-import json
 
 import pytest
 from datasets import Dataset

@@ -177,7 +177,7 @@ def test_the_plot_smooths_the_reward_and_leaves_out_an_empty_eval_panel(tmp_path
     # the noisy ±0.1 alternation is smoothed to ~0.5 (a 4-step trailing mean of this series)
     assert all(abs(v - 0.5) < 0.03 for v in smooth([r["reward/all/mean"] for r in train])[4:])
     # before RL (step 0), the periodic one and after RL (last step): one series on its own panel
-    evals = [{"step": s, f"eval/reverse-text/reward/mean": v} for s, v in ((0, 0.4), (20, 0.5), (40, 0.6))]
+    evals = [{"step": s, "eval/reverse-text/reward/mean": v} for s, v in ((0, 0.4), (20, 0.5), (40, 0.6))]
     _metrics(tmp_path / "eval", train + evals)
     assert panel_titles(tmp_path / "eval") == ["train reward", "held-out eval reward", "loss", "step time (s)"]
     assert plot_run(tmp_path / "eval").stat().st_size > 0

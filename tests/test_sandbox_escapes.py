@@ -4,7 +4,6 @@ listener; nothing mocked. Where the kernel refuses namespaces the tests skip wit
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys

@@ -25,7 +25,7 @@ import verifiers_rl as vf
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import VLLMServer
 
-from test_vllm import INSTALL, _server_config, _vllm_python, chat, hf_logprobs, lora_model, make_env, requires_vllm
+from test_vllm import INSTALL, _server_config, _vllm_python, hf_logprobs, lora_model, make_env, requires_vllm
 
 # Unbiased sampler: the trainer and the sampler compute the same policy's log-probs in fp32 on the CPU; 1e-3 bounds
 # their numerical difference (1e-4 is typical) and is 100x below what a top-2 sampler scored over the vocabulary

@@ -118,9 +118,6 @@ def parse_value(raw: str) -> Any:
         return raw  # a bare string
 
 
-_parse_value = parse_value  # old name
-
-
 def _key_parts(dotted: str) -> list[str]:
     parts = [k.replace("-", "_") for k in dotted.split(".")]
     if not dotted or any(not p for p in parts):
@@ -159,9 +156,6 @@ def set_path(cfg: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(node.get(k), (dict, list)):
             node[k] = [] if nxt_is_index else {}
         node = node[k]
-
-
-_set_path = set_path  # old name
 
 
 def _merge_value(old: Any, new: Any) -> Any:
