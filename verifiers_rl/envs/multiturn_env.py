@@ -120,12 +120,16 @@ class MultiTurnEnv(Environment):
                                     normalize_messages(last["completion"], field_name="trajectory.completion")])
         return concat_messages([messages, await self._reply(messages, state)])
 
+    def _last_turn(self, state: State) -> TrajectoryStep | None:
+        """The step the completion is rendered from: the last one."""
+        return state["trajectory"][-1] if state["trajectory"] else None
+
     async def render_completion(self, state: State) -> None:
         """`state["completion"]`: everything after the dataset prompt (model turns, env replies, final reply)."""
-        if not state["trajectory"]:
+        last = self._last_turn(state)
+        if last is None:
             state["completion"] = []
             return
-        last = state["trajectory"][-1]
         conversation = concat_messages([normalize_messages(last["prompt"], field_name="trajectory.prompt"),
                                         normalize_messages(last["completion"], field_name="trajectory.completion")])
         if state.get("final_env_response"):
