@@ -24,6 +24,7 @@ from verifiers_rl.errors import Error, OverlongPromptError
 from verifiers_rl.rollout_timing import TimeSpan, new_rollout_timing, spans_of
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages, Response, RolloutInput, SamplingArgs, State, TrajectoryStep, UserMessage
+from verifiers_rl.utils.async_utils import maybe_await
 from verifiers_rl.utils.message_utils import concat_messages, normalize_messages
 from verifiers_rl.utils.response_utils import parse_response_message, parse_response_tokens
 
@@ -88,8 +89,7 @@ class MultiTurnEnv(Environment):
         if own is None or not state["trajectory"]:
             return False
         step = state["trajectory"][-1]
-        result = own(concat_messages([step["prompt"], step["completion"]]), state)
-        return bool(await result if inspect.isawaitable(result) else result)
+        return bool(await maybe_await(own, concat_messages([step["prompt"], step["completion"]]), state))
 
     async def setup_state(self, state: State) -> State | None:
         """Override to prepare the state (in place, or return the prepared state)."""
@@ -102,7 +102,7 @@ class MultiTurnEnv(Environment):
 
     # --- the conversation ---------------------------------------------------------------------------
     async def _reply(self, messages: Messages, state: State) -> Messages:
-        reply = await _call(self.env_response, messages, state)
+        reply = await maybe_await(self.env_response, messages, state)
         if isinstance(reply, tuple):  # older API: (messages, state)
             reply, new_state = reply
             if isinstance(new_state, dict) and new_state is not state:
@@ -180,7 +180,7 @@ class MultiTurnEnv(Environment):
             state["timing"] = timing = new_rollout_timing()
         timing.generation.start = timing.setup.start = time.time()
         try:
-            box[0] = state = await _call(self.setup_state, state) or state
+            box[0] = state = await maybe_await(self.setup_state, state) or state
         except Error as e:
             state["error"] = e
         finally:
@@ -216,11 +216,6 @@ class MultiTurnEnv(Environment):
 def _overrides_is_completed(env: MultiTurnEnv) -> bool:
     method = getattr(type(env), "is_completed", None)
     return method is not Environment.is_completed and _legacy_is_completed(env) is None
-
-
-async def _call(fn: Any, *args: Any) -> Any:
-    result = fn(*args)
-    return await result if inspect.isawaitable(result) else result
 
 
 def _legacy_is_completed(env: MultiTurnEnv) -> Any:
