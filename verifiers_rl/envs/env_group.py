@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from verifiers_rl.envs.dataset_format import batch_len, quiet_map
+from verifiers_rl.envs.dataset_format import batch_len, no_progress_bars, quiet_map
 from verifiers_rl.envs.environment import Environment
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages, RolloutInput, RolloutOutput, SamplingArgs, State
@@ -296,18 +296,11 @@ def _stack(parts: dict[str, Any], filled: dict[str, set[str]]) -> Any:
 
 def _with_columns(dataset: Any, features: dict[str, Any]) -> Any:
     """`dataset` with every column of `features` (a missing one all None, of that type), in that order."""
-    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
-    quiet = are_progress_bars_disabled()
-    disable_progress_bars()
-    try:
+    with no_progress_bars():
         for c, feature in features.items():
             if c not in dataset.column_names:
                 dataset = dataset.add_column(c, [None] * len(dataset)).cast_column(c, feature)
         return dataset.select_columns(list(features))
-    finally:
-        if not quiet:
-            enable_progress_bars()
 
 
 def _info_as_json(dataset: Any) -> Any:

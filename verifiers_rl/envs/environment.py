@@ -12,7 +12,6 @@ Trainers call `envs.rollouts.generate_states`, which keeps the states (tokens in
 from __future__ import annotations
 
 import atexit
-import inspect
 from abc import ABC, abstractmethod
 import json
 import logging
@@ -31,6 +30,7 @@ from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.rollout_timing import new_rollout_timing
 from verifiers_rl.types import Messages, Response, RolloutInput, SamplingArgs, State, Tool
+from verifiers_rl.utils.async_utils import maybe_await
 from verifiers_rl.utils.message_utils import normalize_messages
 from verifiers_rl.utils.usage_utils import StateUsageTracker, state_usage
 
@@ -211,9 +211,7 @@ class Environment(DatasetFormatting, Generation, ABC):
         """The rubric's teardown, then this environment's `@vf.teardown` handlers."""
         teardown = getattr(self.rubric, "teardown", None)
         if callable(teardown):
-            result = teardown()
-            if inspect.isawaitable(result):
-                await result
+            await maybe_await(teardown)
         for handler in self._teardown_handlers:
             await handler()
 

@@ -5,6 +5,7 @@ split, each with a `_sync` twin for scripts and notebooks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -143,15 +144,10 @@ class Generation:
         sem = asyncio.Semaphore(max_concurrent) if max_concurrent and max_concurrent > 0 else None
 
         async def run(unit: Any) -> list[RolloutOutput]:
-            if sem is not None:
-                async with sem:
-                    return await run_unit(unit)
-            return await run_unit(unit)
-
-        async def run_unit(unit: Any) -> list[RolloutOutput]:
-            if independent_scoring:
-                return [await self.run_rollout(unit, client, model, sampling, max_retries, state_columns)]
-            return await self.run_group(unit, client, model, sampling, max_retries, state_columns)
+            async with sem or contextlib.nullcontext():
+                if independent_scoring:
+                    return [await self.run_rollout(unit, client, model, sampling, max_retries, state_columns)]
+                return await self.run_group(unit, client, model, sampling, max_retries, state_columns)
 
         tasks = [asyncio.ensure_future(run(u)) for u in units]
         try:

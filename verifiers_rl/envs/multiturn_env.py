@@ -24,6 +24,7 @@ from verifiers_rl.errors import Error, OverlongPromptError
 from verifiers_rl.rollout_timing import TimeSpan, new_rollout_timing, spans_of
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages, Response, RolloutInput, SamplingArgs, State, TrajectoryStep, UserMessage
+from verifiers_rl.utils.async_utils import maybe_await
 from verifiers_rl.utils.message_utils import concat_messages, normalize_messages
 from verifiers_rl.utils.response_utils import parse_response_message, parse_response_tokens
 
@@ -88,8 +89,7 @@ class MultiTurnEnv(Environment):
         if own is None or not state["trajectory"]:
             return False
         step = state["trajectory"][-1]
-        result = own(concat_messages([step["prompt"], step["completion"]]), state)
-        return bool(await result if inspect.isawaitable(result) else result)
+        return bool(await maybe_await(own, concat_messages([step["prompt"], step["completion"]]), state))
 
     async def setup_state(self, state: State) -> State | None:
         """Override to prepare the state (in place, or return the prepared state)."""
@@ -102,7 +102,7 @@ class MultiTurnEnv(Environment):
 
     # --- the conversation ---------------------------------------------------------------------------
     async def _reply(self, messages: Messages, state: State) -> Messages:
-        reply = await _call(self.env_response, messages, state)
+        reply = await maybe_await(self.env_response, messages, state)
         if isinstance(reply, tuple):  # older API: (messages, state)
             reply, new_state = reply
             if isinstance(new_state, dict) and new_state is not state:
@@ -120,12 +120,16 @@ class MultiTurnEnv(Environment):
                                     normalize_messages(last["completion"], field_name="trajectory.completion")])
         return concat_messages([messages, await self._reply(messages, state)])
 
+    def _last_turn(self, state: State) -> TrajectoryStep | None:
+        """The step the completion is rendered from: the last one."""
+        return state["trajectory"][-1] if state["trajectory"] else None
+
     async def render_completion(self, state: State) -> None:
         """`state["completion"]`: everything after the dataset prompt (model turns, env replies, final reply)."""
-        if not state["trajectory"]:
+        last = self._last_turn(state)
+        if last is None:
             state["completion"] = []
             return
-        last = state["trajectory"][-1]
         conversation = concat_messages([normalize_messages(last["prompt"], field_name="trajectory.prompt"),
                                         normalize_messages(last["completion"], field_name="trajectory.completion")])
         if state.get("final_env_response"):
@@ -176,7 +180,7 @@ class MultiTurnEnv(Environment):
             state["timing"] = timing = new_rollout_timing()
         timing.generation.start = timing.setup.start = time.time()
         try:
-            box[0] = state = await _call(self.setup_state, state) or state
+            box[0] = state = await maybe_await(self.setup_state, state) or state
         except Error as e:
             state["error"] = e
         finally:
@@ -212,11 +216,6 @@ class MultiTurnEnv(Environment):
 def _overrides_is_completed(env: MultiTurnEnv) -> bool:
     method = getattr(type(env), "is_completed", None)
     return method is not Environment.is_completed and _legacy_is_completed(env) is None
-
-
-async def _call(fn: Any, *args: Any) -> Any:
-    result = fn(*args)
-    return await result if inspect.isawaitable(result) else result
 
 
 def _legacy_is_completed(env: MultiTurnEnv) -> Any:

@@ -17,6 +17,7 @@ Nothing here imports `verifiers` at module level: without the extra, importing t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import copy
 import logging
@@ -249,14 +250,10 @@ async def generate_states_real(env: Any, rows: list[dict], client: Any, model: s
             _GROUP_ERRORS.reset(token)
 
     async def group(i: int, row: dict) -> list[dict]:
-        row = {**row}
-        row.setdefault("example_id", i)
+        row = {**row, "example_id": row.get("example_id", i)}
         t0 = time.perf_counter()
-        if sem is None:
+        async with sem or contextlib.nullcontext():
             states, sink = await run(row)
-        else:
-            async with sem:
-                states, sink = await run(row)
         if getattr(vclient, "fatal", None) is not None:
             raise vclient.fatal
         _note_group(env, states, sink)

@@ -30,12 +30,6 @@ from verifiers_rl.utils.async_utils import gather_flat, maybe_await
 logger = logging.getLogger(__name__)
 
 
-def _row_input(row: dict[str, Any], index: int) -> dict[str, Any]:
-    out = dict(row)
-    out.setdefault("example_id", index)
-    return out
-
-
 async def _contained(env: Any, row: dict[str, Any], client: Any, model: str, sampling_args: dict) -> State:
     try:
         return await env.rollout(row, client, model, sampling_args)
@@ -144,4 +138,4 @@ async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, mo
             await maybe_await(on_group_done, states)
         return states
 
-    return await gather_flat(group(_row_input(r, i)) for i, r in enumerate(rows))
+    return await gather_flat(group({**r, "example_id": r.get("example_id", i)}) for i, r in enumerate(rows))

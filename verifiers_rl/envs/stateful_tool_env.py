@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 from verifiers_rl.envs.tool_env import ToolEnv
 from verifiers_rl.utils.tool_schema import function_tool_def, tool_name
 from verifiers_rl.types import Messages, State
+from verifiers_rl.utils.async_utils import maybe_await
 
 __all__ = ["StatefulToolEnv", "filter_signature"]
 
@@ -76,5 +77,5 @@ class StatefulToolEnv(ToolEnv):
 
     async def _prepare_tool_args(self, tool_name: str, tool_args: dict, messages: Messages, state: State,
                                  **kwargs: Any) -> dict:
-        updated = self.update_tool_args(tool_name, tool_args, messages, state, **kwargs)
-        return await updated if inspect.isawaitable(updated) else updated  # an async override works too
+        # an async override works too
+        return await maybe_await(self.update_tool_args, tool_name, tool_args, messages, state, **kwargs)

@@ -63,12 +63,6 @@ class Parser:
     def get_tool_messages(self, completion: Messages) -> Messages:
         return self._with_role(completion, "tool")
 
-    def assistant_texts(self, completion: Messages | str) -> list[str]:
-        """The text of each assistant message (a plain string counts as one)."""
-        if isinstance(completion, str):
-            return [completion]
-        return [self._message_text(m) for m in self.get_assistant_messages(completion)]
-
     def parse_answer(self, completion: Messages | str) -> str | None:
         if isinstance(completion, str):
             return self.parse(completion)

@@ -54,12 +54,6 @@ class JudgeError(RuntimeError):
     """The judge call failed (endpoint down, rate limit, timeout, bad reply)."""
 
 
-def judge_client_from_settings() -> Any | None:
-    """An AsyncOpenAI for the judge the settings name (judge_endpoint.endpoint_from_settings), or None."""
-    endpoint = endpoint_from_settings()
-    return endpoint.client() if endpoint is not None else None
-
-
 def _question_text(prompt: Messages | str) -> str:
     """The last prompt message's text (a plain-string prompt as is)."""
     if not isinstance(prompt, list):

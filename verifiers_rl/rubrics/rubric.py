@@ -30,7 +30,6 @@ from verifiers_rl.decorators import call_marked, marked_methods
 from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.utils.async_utils import maybe_await, run_sync
 
-ROLLOUT_ARGS = ("prompt", "completion", "answer", "state", "task", "info", "example_id")
 # group argument -> the per-rollout field it lists (example_ids is ours; verifiers passes no ids)
 GROUP_ARGS = {"prompts": "prompt", "completions": "completion", "answers": "answer", "states": "state",
               "tasks": "task", "infos": "info", "example_ids": "example_id"}

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias
 
 from verifiers_rl.decorators import cleanup, stop
+from verifiers_rl.envs.dataset_format import rows_dataset
 from verifiers_rl.envs.multiturn_env import MultiTurnEnv
 from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.rewards import reward_of
@@ -96,8 +97,6 @@ class GymEnv(MultiTurnEnv):
     # --- dataset --------------------------------------------------------------------------------------------
     def gym_to_hf(self) -> tuple[Any, Any]:
         """(train, eval or None) datasets: one row per seed, the question being the reset observation's text."""
-        from datasets import Dataset
-
         rows = []
         env = self.env_cls(**self.env_kwargs)
         try:
@@ -107,7 +106,8 @@ class GymEnv(MultiTurnEnv):
         finally:
             _close(env)
         train, held_out = rows[:self.num_train_episodes], rows[self.num_train_episodes:]
-        return _table(Dataset, train), (_table(Dataset, held_out) if held_out else None)
+        return rows_dataset(train, ("question", "answer")), (rows_dataset(held_out, ("question", "answer"))
+                                                              if held_out else None)
 
     def obs_to_text(self, obs: Any) -> str:
         """An observation as prompt text (`obs_to_text` if given, else `str`); subclasses may override."""
@@ -160,11 +160,6 @@ class GymEnv(MultiTurnEnv):
         env = state.pop("gym_env", None)
         if env is not None:
             _close(env)
-
-
-def _table(dataset_cls: Any, rows: list[dict]) -> Any:
-    """question/answer rows as a Dataset; with no rows still a Dataset with those columns (it formats)."""
-    return dataset_cls.from_dict({key: [row[key] for row in rows] for key in ("question", "answer")})
 
 
 def _close(env: Any) -> None:

@@ -45,7 +45,7 @@ from verifiers_rl.envs.experimental.rlm_sub import (SubLLMMixin, RLMMonitorRubri
 from verifiers_rl.envs.stateful_tool_env import StatefulToolEnv
 from verifiers_rl.envs.tool_env import run_tool
 from verifiers_rl.types import Messages, RolloutInput, SamplingArgs, State, TrajectoryStep
-from verifiers_rl.utils.message_utils import concat_messages, normalize_messages
+from verifiers_rl.utils.message_utils import normalize_messages
 from verifiers_rl.utils.tool_schema import function_tool_def, tool_name
 
 __all__ = ["RLMEnv", "RLMMonitorRubric", "RLMCodeExecutionTimeout", "RLMSessionError", "RLMSetupError",
@@ -127,13 +127,10 @@ class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
     def _compute_sub_llm_timeouts(self) -> tuple[int, int]:
         """(API call timeout, whole sub-LLM request timeout), both inside the code execution timeout."""
         code = max(1, int(self.code_execution_timeout))
-        floor = min(10, max(1, code - 1))
-        api, worker = max(floor, int(code * 0.8)), max(floor, int(code * 0.9))
-        if code > 1:
-            api, worker = min(api, code - 1), min(worker, code - 1)
+        floor = min(10, max(1, code - 1))  # both below `code` when it is over 1; the API call's never the longer
         if code < 10:
             logger.warning("code_execution_timeout=%ss is low; sub-LLM calls may be unreliable", code)
-        return min(api, worker), worker
+        return max(floor, int(code * 0.8)), max(floor, int(code * 0.9))
 
     def _build_fixed_root_tools(self) -> list[Callable]:
         env = self
@@ -349,18 +346,10 @@ class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
             state["final_env_response"] = replies  # the answer is in: no further model call
         return replies
 
-    async def render_completion(self, state: State) -> None:
-        """Like MultiTurnEnv's, from the root model's last turn (sub-LLM steps are left out)."""
+    def _last_turn(self, state: State) -> TrajectoryStep | None:
+        """The completion is rendered from the root model's last turn (sub-LLM steps are left out)."""
         main = [s for s in state["trajectory"] if s.get("trajectory_id") == state["trajectory_id"]]
-        if not main:
-            state["completion"] = []
-            return
-        conversation = concat_messages([normalize_messages(main[-1]["prompt"], field_name="trajectory.prompt"),
-                                        normalize_messages(main[-1]["completion"], field_name="trajectory.completion")])
-        if state.get("final_env_response"):
-            conversation = concat_messages([conversation, normalize_messages(state["final_env_response"],
-                                                                             field_name="final_env_response")])
-        state["completion"] = conversation[len(normalize_messages(state["prompt"], field_name="state.prompt")):]
+        return main[-1] if main else None
 
     async def rollout(self, input: RolloutInput, client: Any, model: str,
                       sampling_args: SamplingArgs | None = None) -> State:

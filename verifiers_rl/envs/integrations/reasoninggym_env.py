@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_rl.envs.dataset_format import rows_dataset
 from verifiers_rl.envs.singleturn_env import SingleTurnEnv
 from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.parsers.xml_parser import XMLParser
@@ -89,12 +90,8 @@ class ReasoningGymEnv(SingleTurnEnv):
 
     def rg_to_hf(self, rg_dataset: Any) -> tuple[Any, Any]:
         """(train, eval) datasets of question, answer (= entry index) and task (= the entry's source dataset)."""
-        from datasets import Dataset
-
         rows = [{"question": entry["question"], "answer": str(i), "task": entry["metadata"]["source_dataset"]}
                 for i, entry in enumerate(rg_dataset)]
-
-        def table(part: list[dict]) -> Any:  # an empty split keeps its columns (verifiers' empty eval set)
-            return Dataset.from_dict({k: [r[k] for r in part] for k in ("question", "answer", "task")})
-
-        return table(rows[:self.num_train_examples]), table(rows[self.num_train_examples:])
+        columns = ("question", "answer", "task")  # an empty split keeps them (verifiers' empty eval set)
+        return (rows_dataset(rows[:self.num_train_examples], columns),
+                rows_dataset(rows[self.num_train_examples:], columns))

@@ -18,6 +18,7 @@ from copy import deepcopy
 from typing import Any
 
 from verifiers_rl.decorators import cleanup
+from verifiers_rl.envs.dataset_format import rows_dataset
 from verifiers_rl.envs.multiturn_env import MultiTurnEnv
 from verifiers_rl.parsers.xml_parser import XMLParser
 from verifiers_rl.rubrics.rubric import Rubric
@@ -88,19 +89,14 @@ class TextArenaEnv(MultiTurnEnv):
 
     def ta_to_hf(self) -> tuple[Any, Any]:
         """(train, eval or None): rows of the opening observation and a secret word drawn with `seed`."""
-        from datasets import Dataset
-
         _, opening = self.ta_env.get_observation()
         words = self.ta_env.word_list
         rng = random.Random(self.seed)  # the draws `random.seed(seed); random.choice(...)` would give
         rows = [{"question": opening, "answer": rng.choice(words)}
                 for _ in range(self.num_train_examples + self.num_eval_examples)]
         train, held_out = rows[:self.num_train_examples], rows[self.num_train_examples:]
-
-        def table(part: list[dict]) -> Any:  # with no rows still a Dataset with both columns (it formats)
-            return Dataset.from_dict({key: [row[key] for row in part] for key in ("question", "answer")})
-
-        return table(train), (table(held_out) if self.num_eval_examples > 0 else None)
+        return (rows_dataset(train, ("question", "answer")),
+                rows_dataset(held_out, ("question", "answer")) if self.num_eval_examples > 0 else None)
 
     async def setup_state(self, state: State, **kwargs: Any) -> State:
         game = await asyncio.to_thread(deepcopy, self.ta_env, self.shared_memo.copy())
