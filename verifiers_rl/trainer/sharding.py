@@ -94,13 +94,6 @@ class ShardedPolicy:
                 mine[name].copy_(t)
 
 
-def rank_device(args: Any) -> Any:
-    """The torch.device this rank trains on (`args.device`: cpu, or cuda:LOCAL_RANK under torchrun on GPUs)."""
-    import torch
-
-    return torch.device(args.device)
-
-
 def _on(device: Any, t: Any) -> bool:
     """`t` is on `device` (torchrun's CPU ranks name theirs cpu:0; CPU tensors say cpu)."""
     return t.device.type == device.type and (device.type == "cpu" or device.index is None
@@ -130,6 +123,8 @@ def _check_world(world: int) -> None:
 def shard_policy(trainer: Any) -> ShardedPolicy | None:
     """Apply FSDP2 when the RLConfig asks for it; None without FSDP. One-line ConfigError for what is not
     supported."""
+    import torch
+
     args = trainer.args
     version = fsdp_version(args)
     if version is None:
@@ -141,7 +136,7 @@ def shard_policy(trainer: Any) -> ShardedPolicy | None:
     _check_world(world)
     model = trainer.model
     accelerate_shards = bool(getattr(trainer, "is_fsdp_enabled", False))
-    device = rank_device(args)
+    device = torch.device(args.device)  # this rank's: cpu, or cuda:LOCAL_RANK under torchrun on GPUs
     move_to_device(model, device)  # before the copy and fully_shard: both on this rank's device
     # The copy is taken before sharding: a plain module whose forward makes no collectives.
     policy = ShardedPolicy(model, trainable_only=bool(args.use_lora), applied=not accelerate_shards, layers=0,
