@@ -26,10 +26,8 @@ T = TypeVar("T")
 
 def rank_world() -> tuple[int, int]:
     """(this process's rank, the number of training processes); (0, 1) without a process group."""
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return 0, 1
+    import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1

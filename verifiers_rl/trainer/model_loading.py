@@ -38,15 +38,12 @@ def hub_kwargs(name: str) -> dict[str, Any]:
     instead of the libraries' retries)."""
     from verifiers_rl.network import hub_unreachable
 
-    if Path(name).exists():
-        return {}
-    return {"local_files_only": True} if hub_unreachable() else {}
+    return {"local_files_only": True} if not Path(name).exists() and hub_unreachable() else {}
 
 
 def from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     """`cls.from_pretrained(name)`; a model the hub was needed for and couldn't give is one NetworkError line."""
     from verifiers_rl.network import check_model_path, hub_failures_as, model_hub_message
-
     from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
 
     check_model_path(name)
