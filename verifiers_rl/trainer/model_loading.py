@@ -63,7 +63,6 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
     # LoRA: the frozen base in the training dtype; full fine-tuning: fp32 weights under autocast (plan/precision.py)
     half = torch.bfloat16 if args.bf16 else torch.float16 if getattr(args, "fp16", False) else None
     dtype = half if half is not None and args.use_lora else torch.float32
-    tok_source = None
     if isinstance(model, (str, os.PathLike)):
         path = str(model)
         if is_adapter_dir(path):
