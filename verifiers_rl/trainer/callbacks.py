@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -26,11 +25,7 @@ class MetricsFileCallback(TrainerCallback):
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        return f"{v:.4g}"
-    return str(v)
+    return f"{v:.4g}" if isinstance(v, float) else str(v)  # NaN formats as "nan"
 
 
 class ConsoleCallback(TrainerCallback):

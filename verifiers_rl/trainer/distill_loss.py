@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from verifiers_rl.trainer.loss import (LossConfig, LossInputs, LossOutputs, masked_extreme, masked_mean,
-                                       ratio_masked_policy_gradient)
+from verifiers_rl.trainer.loss import (LossConfig, LossInputs, LossOutputs, check_token_shapes, clamped_total,
+                                       masked_extreme, masked_mean, ratio_masked_policy_gradient)
 
 
 @dataclass
@@ -34,19 +34,7 @@ class DistillInputs:
     teacher_logprobs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        shape = tuple(self.trainer_logprobs.shape)
-        if len(shape) != 2:
-            raise ValueError(f"trainer_logprobs must be [B, T], got shape {shape}")
-        for name in ("loss_mask", "sampling_logprobs", "teacher_logprobs"):
-            t = getattr(self, name)
-            if t is not None and tuple(t.shape) != shape:
-                raise ValueError(f"{name} shape {tuple(t.shape)} must equal trainer_logprobs shape {shape}")
-
-
-def _total(total: int | torch.Tensor, like: torch.Tensor) -> torch.Tensor | int:
-    if isinstance(total, torch.Tensor):
-        return total.to(device=like.device, dtype=like.dtype).clamp(min=1)
-    return max(int(total), 1)
+        check_token_shapes(self, ("loss_mask", "sampling_logprobs", "teacher_logprobs"))
 
 
 def teacher_kl_metrics(kl: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -97,7 +85,7 @@ def sft_loss(inputs: DistillInputs, config: LossConfig | None = None) -> LossOut
     mask = inputs.loss_mask.bool()
     trainer_lp = inputs.trainer_logprobs.float()
     nll = torch.where(mask, -trainer_lp, torch.zeros_like(trainer_lp))
-    loss = nll.sum() / _total(inputs.total_loss_tokens, nll)
+    loss = nll.sum() / clamped_total(inputs.total_loss_tokens, nll)
     with torch.no_grad():
         metrics = {"sft/nll/mean": masked_mean(nll.detach(), mask), "loss_tokens": mask.sum()}
     return LossOutputs(loss=loss, metrics=metrics)

@@ -26,10 +26,8 @@ T = TypeVar("T")
 
 def rank_world() -> tuple[int, int]:
     """(this process's rank, the number of training processes); (0, 1) without a process group."""
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return 0, 1
+    import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -92,9 +90,7 @@ def step_totals(loss_tokens: float, sequences: int, micro_batches: int, world: i
 def pad_micro_batches(micro: list[list[Any]], target: int, filler: Any) -> list[tuple[list[Any], bool]]:
     """[(micro-batch, is_padding)] with `target` entries: this rank's micro-batches, then zero-weight ones made of
     `filler` (a sample without loss tokens) so that every rank makes the same forward and backward calls."""
-    out = [(mb, False) for mb in micro]
-    out += [([filler], True) for _ in range(target - len(micro))]
-    return out
+    return [(mb, False) for mb in micro] + [([filler], True) for _ in range(target - len(micro))]
 
 
 def merge_metrics(per_rank: list[dict[str, float]], weight_key: str = "loss_tokens") -> dict[str, float]:

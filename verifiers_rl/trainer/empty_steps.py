@@ -42,13 +42,6 @@ def _cause(state: dict[str, Any], args: Any) -> str | None:
     return "context_full" if state.get("prompt_too_long") else "empty_completion"
 
 
-def _first_error(states: list[dict[str, Any]]) -> str:
-    from verifiers_rl.evaluation import first_error
-
-    first = first_error(states)
-    return f" (first: {first})" if first else ""
-
-
 def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
     """One line saying why this step's rollouts carry no loss token, or None when at least one does."""
     if not states:
@@ -69,7 +62,10 @@ def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
             longest = max(prompt_length(s) for s in states)
             detail = f" (prompts up to {longest} tokens > max_prompt_len={args.max_prompt_len})"
         elif cause == "errored":
-            detail = _first_error(states)
+            from verifiers_rl.evaluation import first_error
+
+            first = first_error(states)
+            detail = f" (first: {first})" if first else ""
         parts.append(f"{cause}: {k} of {n} rollouts {_WHAT[cause]}{detail}; {_FIX[cause]}")
     return "; ".join(parts)
 

@@ -4,6 +4,7 @@ names are the policy's before they are even started, so the refusal comes before
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from verifiers_rl.rubrics.judge_endpoint import check_judges
@@ -23,8 +24,5 @@ def plan_policy(plan: Any) -> list[tuple[str, str | None]]:
 def check(trainer: Any, plan: Any) -> None:
     """RLTrainer's check: its training and eval environments against `plan`'s servers; rank 0 prints."""
     envs = [trainer.env, *trainer.eval_envs.items()]
-    check_judges(envs, plan_policy(plan), announce=_print if trainer.is_world_process_zero() else None)
-
-
-def _print(line: str) -> None:
-    print(line, flush=True)
+    announce = partial(print, flush=True) if trainer.is_world_process_zero() else None
+    check_judges(envs, plan_policy(plan), announce=announce)

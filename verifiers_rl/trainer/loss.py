@@ -34,6 +34,26 @@ def masked_extreme(values: torch.Tensor, mask: torch.Tensor, largest: bool) -> t
     return vals.max() if largest else vals.min()
 
 
+def check_token_shapes(inputs: object, names: tuple[str, ...]) -> tuple[int, ...]:
+    """The ``[B, T]`` shape of ``inputs.trainer_logprobs``; ValueError unless each of ``names`` (when set) has it."""
+    shape = tuple(inputs.trainer_logprobs.shape)  # type: ignore[attr-defined]
+    if len(shape) != 2:
+        raise ValueError(f"trainer_logprobs must be [B, T], got shape {shape}")
+    for name in names:
+        t = getattr(inputs, name)
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"{name} shape {tuple(t.shape)} must equal trainer_logprobs shape {shape}")
+    return shape
+
+
+def clamped_total(total: int | torch.Tensor, like: torch.Tensor) -> torch.Tensor | int:
+    """A step's loss-token total as a divisor, at least 1 (an all-masked step has a zero sum anyway); a tensor
+    moves to ``like``'s device and dtype."""
+    if isinstance(total, torch.Tensor):
+        return total.to(device=like.device, dtype=like.dtype).clamp(min=1)
+    return max(int(total), 1)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Loss
 
@@ -61,13 +81,7 @@ class LossInputs:
     max_completion_length: int | None = None
 
     def __post_init__(self) -> None:
-        shape = tuple(self.trainer_logprobs.shape)
-        if len(shape) != 2:
-            raise ValueError(f"trainer_logprobs must be [B, T], got shape {shape}")
-        for name in ("sampling_logprobs", "loss_mask", "ref_logprobs"):
-            t = getattr(self, name)
-            if t is not None and tuple(t.shape) != shape:
-                raise ValueError(f"{name} shape {tuple(t.shape)} must equal trainer_logprobs shape {shape}")
+        shape = check_token_shapes(self, ("sampling_logprobs", "loss_mask", "ref_logprobs"))
         adv_shape = tuple(self.advantages.shape)
         if adv_shape not in (shape[:1], shape):
             raise ValueError(f"advantages must be [B]={shape[:1]} or [B, T]={shape}, got {adv_shape}")
@@ -162,11 +176,7 @@ def ratio_masked_policy_gradient(inputs: LossInputs, config: LossConfig) -> Loss
             raise ValueError("beta > 0 needs ref_logprobs (log-probs of the reference policy); pass them or set beta=0")
         reg_tokens = reg_tokens + config.beta * ref_kl_tokens
 
-    total = inputs.total_loss_tokens
-    if isinstance(total, torch.Tensor):
-        total = total.to(device=pg_tokens.device, dtype=pg_tokens.dtype).clamp(min=1)
-    else:
-        total = max(int(total), 1)  # an all-masked step has a zero sum anyway
+    total = clamped_total(inputs.total_loss_tokens, pg_tokens)
     zero = torch.zeros_like(pg_tokens)
     loss = (torch.where(keep, pg_tokens, zero) + torch.where(mask, reg_tokens, zero)).sum() / total
 

@@ -38,15 +38,12 @@ def hub_kwargs(name: str) -> dict[str, Any]:
     instead of the libraries' retries)."""
     from verifiers_rl.network import hub_unreachable
 
-    if Path(name).exists():
-        return {}
-    return {"local_files_only": True} if hub_unreachable() else {}
+    return {"local_files_only": True} if not Path(name).exists() and hub_unreachable() else {}
 
 
 def from_pretrained(cls: Any, name: str, **kwargs: Any) -> Any:
     """`cls.from_pretrained(name)`; a model the hub was needed for and couldn't give is one NetworkError line."""
     from verifiers_rl.network import check_model_path, hub_failures_as, model_hub_message
-
     from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
 
     check_model_path(name)
@@ -66,7 +63,6 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
     # LoRA: the frozen base in the training dtype; full fine-tuning: fp32 weights under autocast (plan/precision.py)
     half = torch.bfloat16 if args.bf16 else torch.float16 if getattr(args, "fp16", False) else None
     dtype = half if half is not None and args.use_lora else torch.float32
-    tok_source = None
     if isinstance(model, (str, os.PathLike)):
         path = str(model)
         if is_adapter_dir(path):

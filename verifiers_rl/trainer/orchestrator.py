@@ -160,11 +160,10 @@ class Orchestrator:
             if self.before_generate is not None:
                 self.before_generate(step)
             batch = self.run(self._generate(step, self.policy_version))
-            return batch, time.perf_counter() - t0
-        # Keep up to max_async_level batches in flight beyond the one we need now.
-        for k in range(step, min(step + self.max_async_level, max_steps - 1) + 1):
-            self._submit(k)
-        batch = self._futures.pop(step).result()
+        else:  # keep up to max_async_level batches in flight beyond the one we need now
+            for k in range(step, min(step + self.max_async_level, max_steps - 1) + 1):
+                self._submit(k)
+            batch = self._futures.pop(step).result()
         return batch, time.perf_counter() - t0
 
     def set_policy_version(self, version: int) -> None:

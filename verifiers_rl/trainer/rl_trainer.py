@@ -26,19 +26,6 @@ from verifiers_rl.trainer.run_settings import export_wandb_env
 from verifiers_rl.trainer.step import StepRunner, merge_pending, print_samples
 
 
-class _Steps(torch.utils.data.Dataset):
-    """The dataloader only paces the HF loop: the orchestrator owns the data."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        return i
-
-
 def _first(items: list[int]) -> dict[str, Any]:
     return {"step_index": torch.tensor(items[0])}
 
@@ -59,7 +46,7 @@ class RLTrainer(TrainerHooks, Trainer):
         model, tokenizer = setup.seed_and_load(model, args, processing_class, peft_config)
         self.env = env
         self.eval_envs = setup.eval_env_map(env, eval_envs)
-        super().__init__(model=model, args=args, train_dataset=_Steps(args.max_steps), processing_class=tokenizer,
+        super().__init__(model=model, args=args, train_dataset=range(args.max_steps), processing_class=tokenizer,
                          data_collator=_first, callbacks=callbacks, **kwargs)
         setup.wire_callbacks(self)
         self.pending_metrics: list[dict[str, float]] = []
@@ -71,8 +58,8 @@ class RLTrainer(TrainerHooks, Trainer):
         setup.setup_inference(self, plan, vllm_server)
 
     def get_train_dataloader(self):
-        return torch.utils.data.DataLoader(_Steps(self.args.max_steps), batch_size=1, shuffle=False,
-                                           collate_fn=_first)
+        # The dataloader only paces the HF loop (the step indices): the orchestrator owns the data.
+        return torch.utils.data.DataLoader(range(self.args.max_steps), batch_size=1, shuffle=False, collate_fn=_first)
 
     # --- one optimizer step (step.py) -----------------------------------------------------------------
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None

@@ -37,9 +37,8 @@ def wire_callbacks(trainer: Any) -> None:
 
     for cb in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(cb)
-    trainer.add_callback(MetricsFileCallback())
-    trainer.add_callback(ConsoleCallback())
-    trainer.add_callback(RLControlCallback(trainer))
+    for cb in (MetricsFileCallback(), ConsoleCallback(), RLControlCallback(trainer)):
+        trainer.add_callback(cb)
     if "wandb" in (trainer.args.report_to or []):  # sample tables + distributions (trainer/wandb_extras.py)
         from verifiers_rl.trainer.wandb_extras import WandbSamplesCallback
 

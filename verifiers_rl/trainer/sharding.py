@@ -94,13 +94,6 @@ class ShardedPolicy:
                 mine[name].copy_(t)
 
 
-def rank_device(args: Any) -> Any:
-    """The torch.device this rank trains on (`args.device`: cpu, or cuda:LOCAL_RANK under torchrun on GPUs)."""
-    import torch
-
-    return torch.device(args.device)
-
-
 def _on(device: Any, t: Any) -> bool:
     """`t` is on `device` (torchrun's CPU ranks name theirs cpu:0; CPU tensors say cpu)."""
     return t.device.type == device.type and (device.type == "cpu" or device.index is None
@@ -117,19 +110,12 @@ def move_to_device(model: Any, device: Any) -> bool:
     return True
 
 
-def _check_world(world: int) -> None:
-    """Sharding needs a process group (torchrun): several processes, or one (a mesh of 1, e.g. one GPU)."""
-    import torch.distributed as dist
-
-    if world < 2 and not (dist.is_available() and dist.is_initialized()):
-        raise ConfigError("fsdp: sharding needs torchrun's process group; start training with torchrun "
-                          "--nproc_per_node N (1 included; vf-rl: [trainer] processes = N on the CPU, gpus = N on GPUs) "
-                          "or drop fsdp")
-
-
 def shard_policy(trainer: Any) -> ShardedPolicy | None:
     """Apply FSDP2 when the RLConfig asks for it; None without FSDP. One-line ConfigError for what is not
     supported."""
+    import torch
+    import torch.distributed as dist
+
     args = trainer.args
     version = fsdp_version(args)
     if version is None:
@@ -138,10 +124,13 @@ def shard_policy(trainer: Any) -> ShardedPolicy | None:
         raise ConfigError(f"fsdp_config.version = {version}: only FSDP2 is supported; set fsdp_config = "
                           '{"version": 2}')
     world = args.world_size
-    _check_world(world)
+    if world < 2 and not (dist.is_available() and dist.is_initialized()):  # torchrun, a mesh of 1 (one GPU) too
+        raise ConfigError("fsdp: sharding needs torchrun's process group; start training with torchrun "
+                          "--nproc_per_node N (1 included; vf-rl: [trainer] processes = N on the CPU, gpus = N on GPUs) "
+                          "or drop fsdp")
     model = trainer.model
     accelerate_shards = bool(getattr(trainer, "is_fsdp_enabled", False))
-    device = rank_device(args)
+    device = torch.device(args.device)  # this rank's: cpu, or cuda:LOCAL_RANK under torchrun on GPUs
     move_to_device(model, device)  # before the copy and fully_shard: both on this rank's device
     # The copy is taken before sharding: a plain module whose forward makes no collectives.
     policy = ShardedPolicy(model, trainable_only=bool(args.use_lora), applied=not accelerate_shards, layers=0,

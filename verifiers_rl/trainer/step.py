@@ -18,8 +18,8 @@ from verifiers_rl.rewards import is_dropped, reward_of, training_reward
 from verifiers_rl.trainer import distributed
 from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
 from verifiers_rl.trainer.advantage_types.settings import advantages_for
-from verifiers_rl.trainer.batching import collate, drop_reason, split_micro_batches
-from verifiers_rl.trainer.logprobs import policy_token_logprobs
+from verifiers_rl.trainer.batching import Sample, collate, drop_reason, split_micro_batches
+from verifiers_rl.trainer.logprobs import packing_matches, policy_token_logprobs
 from verifiers_rl.trainer.loss import StepTotals, masked_mean
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.token_export import sequence_records, write_records
@@ -27,8 +27,6 @@ from verifiers_rl.trainer.token_export import sequence_records, write_records
 
 def filler_sample(pad_token_id: int | None) -> Any:
     """A two-token sample with no loss tokens: the micro-batch a rank runs so that every rank runs as many."""
-    from verifiers_rl.trainer.batching import Sample
-
     pad = int(pad_token_id or 0)
     return Sample([pad, pad], [0, 0], [0.0, 0.0], 0.0, 0.0, -1, [0, 0])
 
@@ -138,8 +136,6 @@ class StepRunner:
         tr = self.trainer
         kwargs = {"prompt_lens": [s.prompt_len for s in mb.samples], "pad_id": tr.processing_class.pad_token_id}
         if self.packing_checked is None:
-            from verifiers_rl.trainer.logprobs import packing_matches
-
             dtype = torch.bfloat16 if tr.args.bf16 else torch.float16 if tr.args.fp16 else None
             ok = packing_matches(model, mb.input_ids, mb.attention_mask, tr.mode.temperature, dtype=dtype, **kwargs)
             if ok is not None:
