@@ -24,6 +24,7 @@ RUN is a run name (its dir under outputs/) or an output dir. Every key: docs/con
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -283,10 +284,8 @@ def cmd_logs(argv: list[str]) -> int:
     else:
         from_start = True
     if opts.get("--follow") or opts.get("-f"):
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             follow(path, lambda: is_running(read_run(d)), sys.stdout, from_start=from_start)
-        except KeyboardInterrupt:
-            pass
     elif from_start:
         sys.stdout.write(path.read_text(errors="replace"))
     return 0
