@@ -23,7 +23,6 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -143,7 +142,7 @@ def spawn(command: str | list[str], workdir: str, **kwargs: Any) -> Spawned:
     return Spawned(proc, jail.runtime, jail.cgroup, jail.container)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _workdir(workdir: str | None) -> Iterator[str]:
     if workdir is not None:
         yield str(workdir)
