@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -80,12 +81,10 @@ def pid_alive(pid: int | None, start_ticks: int | None = None) -> bool:
         return False
     except PermissionError:
         return True
-    try:
+    with contextlib.suppress(OSError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
             return False
-    except (OSError, IndexError):
-        pass
     if start_ticks is not None:
         now = proc_start_ticks(pid)
         if now is not None and now != start_ticks:
@@ -107,13 +106,11 @@ def is_running(record: dict[str, Any] | None) -> bool:
 
 def signal_group(pid: int, sig: int) -> None:
     """Signal the process group led by `pid` (each child runs in its own session), else the process."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         if os.getpgid(pid) == pid:
             os.killpg(pid, sig)
         else:
             os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def wait_gone(pids: list[int], timeout: float, starts: dict[int, int | None] | None = None) -> bool:
@@ -287,12 +284,10 @@ def tail_lines(path: Path, n: int) -> list[str]:
 
 def follow(path: Path, keep_going: Callable[[], bool], out: Any, from_start: bool = True, poll: float = 0.25) -> None:
     """Print `path` as it grows until `keep_going()` is false (then drain what is left)."""
-    waited = 0.0
     while not path.exists():
         if not keep_going():
             return
         time.sleep(poll)
-        waited += poll
     with path.open("rb") as f:
         if not from_start:
             f.seek(0, os.SEEK_END)

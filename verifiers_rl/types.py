@@ -33,7 +33,6 @@ ClientType = Literal["openai_completions", "openai_chat_completions", "openai_ch
                      "anthropic_messages"]
 MessageType = Literal["chat", "completion"]
 FinishReason = Literal["stop", "length", "tool_calls"] | None
-_MISSING = object()
 
 
 def _records(conv: Any) -> Callable[[Any], Any]:

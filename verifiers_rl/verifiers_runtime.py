@@ -162,9 +162,7 @@ class VerifiersAlias(importlib.abc.MetaPathFinder):
             if e.name and (e.name == ours or ours.startswith(e.name + ".")):
                 return None  # a path we do not provide: the normal "No module named" follows
             raise
-        spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(module),
-                                              is_package=hasattr(module, "__path__"))
-        return spec
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module), is_package=hasattr(module, "__path__"))
 
 
 def _real_only(fullname: str) -> bool:

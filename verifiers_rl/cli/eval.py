@@ -71,11 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     with paused_gc():  # imports, the environment and the model: no collection over them until they are loaded
         env, client, model_name = _load(args, env_args, console)
-    sampling: dict = {}
-    if args.max_tokens is not None:
-        sampling["max_tokens"] = args.max_tokens
-    if args.temperature is not None:
-        sampling["temperature"] = args.temperature
+    sampling = {k: v for k, v in (("max_tokens", args.max_tokens), ("temperature", args.temperature)) if v is not None}
     sampling.update(extra_sampling)
     try:
         states = asyncio.run(_run(env, client, model_name, args, sampling, console))

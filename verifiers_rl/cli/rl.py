@@ -24,6 +24,7 @@ RUN is a run name (its dir under outputs/) or an output dir. Every key: docs/con
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -276,17 +277,13 @@ def cmd_logs(argv: list[str]) -> int:
     if not path.exists() and not (opts.get("--follow") or opts.get("-f")):
         have = sorted(p.stem for p in (d / "logs").glob("*.log")) if (d / "logs").is_dir() else []
         fail(f"{path}: no such log" + (f"; logs: {', '.join(have)}" if have else ""))
+    from_start = n is None
     if n is not None:
         for line in tail_lines(path, int(n)):
             print(line)
-        from_start = False
-    else:
-        from_start = True
     if opts.get("--follow") or opts.get("-f"):
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             follow(path, lambda: is_running(read_run(d)), sys.stdout, from_start=from_start)
-        except KeyboardInterrupt:
-            pass
     elif from_start:
         sys.stdout.write(path.read_text(errors="replace"))
     return 0
@@ -352,18 +349,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if sub == "run":
         return cmd_run(argv[1:], real_process=real_process)
-    if sub == "init":
-        return cmd_init(argv[1:])
-    if sub == "list":
-        return cmd_list(argv[1:])
-    if sub == "logs":
-        return cmd_logs(argv[1:])
-    if sub == "stop":
-        return cmd_stop(argv[1:])
-    if sub == "delete":
-        return cmd_delete(argv[1:])
-    if sub == "plot":
-        return cmd_plot(argv[1:])
+    commands = {"init": cmd_init, "list": cmd_list, "logs": cmd_logs, "stop": cmd_stop, "delete": cmd_delete,
+                "plot": cmd_plot}
+    if sub in commands:
+        return commands[sub](argv[1:])
     if sub.startswith("@") or sub.startswith("--") or sub.startswith("-e") or sub.endswith(".toml"):
         return cmd_run(argv, real_process=real_process)
     import difflib

@@ -65,19 +65,15 @@ def setup_workspace(directory: Path, vf_rl: bool = False, force: bool = False) -
         report.append(("pyproject.toml", "created"))
     for rel, text in shipped_files(vf_rl).items():
         dest = directory / rel
-        if dest.exists():
-            if dest.read_text(errors="replace") == text:
-                report.append((rel, "up to date"))
-                continue
-            if not force:
-                report.append((rel, "kept (differs from the shipped file; --force overwrites it)"))
-                continue
+        if dest.exists() and dest.read_text(errors="replace") == text:
+            report.append((rel, "up to date"))
+        elif dest.exists() and not force:
+            report.append((rel, "kept (differs from the shipped file; --force overwrites it)"))
+        else:
+            what = "overwritten" if dest.exists() else "created"
+            dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text)
-            report.append((rel, "overwritten"))
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
-        report.append((rel, "created"))
+            report.append((rel, what))
     return report
 
 

@@ -4,6 +4,7 @@ SIGTERM stops every child (SIGTERM to each child's process group, SIGKILL after 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -65,26 +66,18 @@ def _terminate(procs: dict[str, subprocess.Popen], extra_groups: list[int] | Non
         signal_group(g, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     for p in live:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
     for p in procs.values():
         # Anything left in a child's group (its own children included) is killed, even when the leader exited.
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         if p.poll() is None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                pass
     for g in extra_groups or []:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(g, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _catch_signals(stop: threading.Event, got: list[int]) -> dict[int, Any]:
@@ -105,18 +98,16 @@ def _child_env(p: dict[str, Any], is_main: bool, echo: bool) -> dict[str, str]:
     env = {**os.environ, **p.get("env", {})}
     if is_main and echo and sys.stdout.isatty():
         env.setdefault("FORCE_COLOR", "1")
-        try:
+        with contextlib.suppress(OSError):
             env.setdefault("COLUMNS", str(os.get_terminal_size().columns))
-        except OSError:
-            pass
     elif is_main:
         env.setdefault("COLUMNS", "200")  # a pipe or a log file: don't wrap lines at 80
     return env
 
 
 def _start_all(spec: dict[str, Any], out: Path, echo: bool, stop: threading.Event,
-               procs: dict[str, subprocess.Popen], threads: list[threading.Thread]) -> str | None:
-    """Start the processes in order (each started one lands in `procs` at once); returns a failure or None."""
+               procs: dict[str, subprocess.Popen], threads: list[threading.Thread]) -> None:
+    """Start the processes in order (each started one lands in `procs` at once)."""
     from verifiers_rl.runs import update_run
 
     logs = out / "logs"
@@ -134,7 +125,6 @@ def _start_all(spec: dict[str, Any], out: Path, echo: bool, stop: threading.Even
         t = threading.Thread(target=_tee, args=(proc.stdout, log_path, echo and is_main), daemon=True)
         t.start()
         threads.append(t)
-    return None
 
 
 def _watch(main: subprocess.Popen | None, procs: dict[str, subprocess.Popen], logs: Path,
@@ -176,9 +166,8 @@ def supervise(output_dir: str | Path, echo: bool = True) -> int:
     threads: list[threading.Thread] = []
     failure: str | None = None
     try:
-        failure = _start_all(spec, out, echo, stop, procs, threads)
-        if failure is None:
-            failure = _watch(procs.get(spec.get("main", "trainer")), procs, logs, stop)
+        _start_all(spec, out, echo, stop, procs, threads)
+        failure = _watch(procs.get(spec.get("main", "trainer")), procs, logs, stop)
     finally:
         from verifiers_rl.runs import read_run
 

@@ -11,7 +11,6 @@ from typing import Any
 from verifiers_rl.errors import VLLMLaunchError
 from verifiers_rl.plan.transfer import resolve_transfer
 
-LOCAL_SYNCS = ("shared", "snapshot")
 INFERENCE_BACKENDS = ("auto", "local", "vllm")  # [inference] backend and RLConfig.inference_backend
 
 

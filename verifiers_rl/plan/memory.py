@@ -13,6 +13,7 @@ It is an estimate (the field's rule of thumb, checked against a measured 4B step
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,6 @@ from typing import Any
 
 GIB = 1024 ** 3
 FIXED_BYTES = 2.5 * GIB
-DEFAULT_GPU_GB = 80.0
 
 # The shapes of the models the shipped configs name, for a dry run on a machine that has never downloaded them
 # (their config.json is read instead whenever it is on disk or in the HF cache).
@@ -79,18 +79,14 @@ def model_shape(name: str | None) -> Shape | None:
         return None
     path = Path(name) / "config.json"
     if not path.exists():
-        try:
+        with contextlib.suppress(Exception):
             from huggingface_hub import try_to_load_from_cache
 
             cached = try_to_load_from_cache(name, "config.json")
             path = Path(cached) if isinstance(cached, str) else path
-        except Exception:
-            pass
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError):
         if path.exists():
             return shape_from_config(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError):
-        pass
     return shape_from_config(KNOWN_SHAPES[name]) if name in KNOWN_SHAPES else None
 
 

@@ -29,10 +29,6 @@ class Precision:
     def bf16(self) -> bool:
         return self.train == "bf16"
 
-    @property
-    def fp16(self) -> bool:
-        return self.train == "fp16"
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

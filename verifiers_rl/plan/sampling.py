@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from verifiers_rl.plan.gpus import server_arg
+
 # The values that turn each vLLM sampling knob off, named in every request (vLLM's own "disabled" values).
 NEUTRAL = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
            "frequency_penalty": 0.0}
@@ -90,16 +92,12 @@ def training_problem(repetition_penalty: float) -> str | None:
     return None
 
 
-def server_arg_name(key: Any) -> str:
-    return str(key).lstrip("-").replace("-", "_")
-
-
 def lora_server_args(args: dict[str, Any], replicas: int, use_lora: bool) -> dict[str, Any]:
     """A started server's arguments for LoRA on `replicas` data-parallel replicas: one API-server process, so the
     adapter table that answers requests is the one every load reached. One line for an asked count above 1."""
     if not use_lora or replicas <= 1:
         return args
-    asked = next((v for k, v in args.items() if server_arg_name(k) == "api_server_count"), None)
+    asked = server_arg(args, "api_server_count")
     if asked is not None and int(asked) != 1:
         raise ValueError(f"inference.args.api_server_count = {asked}: with LoRA each API-server process keeps its own "
                          "adapter table and a sync reaches one of them; remove it (one API server feeds all "

@@ -8,6 +8,7 @@ jail's processes; the kernel exempts real root from it, hence the cgroup first).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -109,10 +110,8 @@ class JailCgroup:
             return
         self.dirs.append(d)
         for key, value in settings.items():
-            try:
+            with contextlib.suppress(OSError):  # e.g. no swap accounting: the other settings still hold
                 (d / key).write_text(str(value))
-            except OSError:  # e.g. no swap accounting: the other settings still hold
-                pass
 
     @property
     def caps_processes(self) -> bool:

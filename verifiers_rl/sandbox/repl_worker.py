@@ -8,6 +8,7 @@ A trailing expression's repr is the cell's result, as in a notebook. Standard li
 """
 
 import ast
+import contextlib
 import json
 import os
 import signal
@@ -60,11 +61,9 @@ def main() -> None:
             os.dup2(target, fd)
             os.close(target)
         status, result = _run_cell(request.get("code", ""), namespace)
-        try:
+        with contextlib.suppress(OSError):
             sys.stdout.flush()
             sys.stderr.flush()
-        except OSError:
-            pass
         reply = {"status": status, "stdout": _read(OUT), "stderr": _read(ERR), "result": result,
                  "execution_count": count}
         replies.write(json.dumps(reply) + "\n")

@@ -13,6 +13,7 @@ ends at its time limit, or as soon as its output passes the output limit; every 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import selectors
 import shutil
@@ -22,7 +23,6 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -75,10 +75,8 @@ class Spawned:
         """Kill the jail and everything in it; wait for it."""
         if self.container is not None:
             subprocess.run([self.container[0], "kill", self.container[1]], capture_output=True, timeout=30)
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
@@ -144,7 +142,7 @@ def spawn(command: str | list[str], workdir: str, **kwargs: Any) -> Spawned:
     return Spawned(proc, jail.runtime, jail.cgroup, jail.container)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _workdir(workdir: str | None) -> Iterator[str]:
     if workdir is not None:
         yield str(workdir)
@@ -160,10 +158,8 @@ def _collect(jail: Spawned, stdin: bytes | None, limits: SandboxLimits) -> tuple
     """Read stdout/stderr until the jail exits, its time is up or its output passes the limit."""
     proc = jail.proc
     if stdin:
-        try:
+        with contextlib.suppress(BrokenPipeError):
             proc.stdin.write(stdin)
-        except BrokenPipeError:
-            pass
     proc.stdin.close()
     out, err = bytearray(), bytearray()
     deadline = time.monotonic() + limits.timeout_s

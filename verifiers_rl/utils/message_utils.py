@@ -97,14 +97,9 @@ def sanitize_tool_calls(messages: Messages) -> Messages:
         for tc in calls:
             if isinstance(tc, str):
                 encoded.append(json.dumps(json.loads(tc)))
-                continue
-            if isinstance(tc, Record):
-                data = tc.model_dump(exclude_none=True)
-            elif isinstance(tc, dict):
-                data = tc
-            else:
-                data = tc.model_dump(exclude_none=True)
-            encoded.append(json.dumps(data))
+            else:  # a plain dict as it is; a record or a pydantic model dumped
+                plain = isinstance(tc, dict) and not isinstance(tc, Record)
+                encoded.append(json.dumps(tc if plain else tc.model_dump(exclude_none=True)))
         new = {"role": _field(m, "role"), "content": _field(m, "content") or "", "tool_calls": encoded}
         if isinstance(_field(m, "reasoning_content"), str):
             new["reasoning_content"] = _field(m, "reasoning_content")

@@ -17,6 +17,7 @@ verifiers version, the env and each seat's harness/runtime.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 from typing import Any
@@ -178,11 +179,7 @@ def load_v1_environment(env: str | dict, taskset_args: dict | None = None, *, pa
 
 
 def _take(taskset: Any, n: int | None) -> list[Any]:
-    out = []
-    for task in taskset:
-        if n is not None and len(out) >= n:
-            break
-        out.append(task)
+    out = list(itertools.islice(taskset, None if n is None else max(n, 0)))
     if not out:
         raise ValueError("the v1 taskset yielded no tasks")
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import threading
 from typing import Any, Awaitable, Callable
 
@@ -72,10 +73,8 @@ class EnvServing:
             return
         if self._stop is not None:
             loop.call_soon_threadsafe(self._stop.set)
-        try:
+        with contextlib.suppress(BaseException):
             self._held.result(timeout=60)
-        except BaseException:
-            pass
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
+import contextlib
 import functools
 import gc
 import importlib
@@ -45,11 +46,9 @@ def preload(script: str) -> list[str]:
             names.append(node.module)
     done = []
     for name in dict.fromkeys(names):
-        try:
+        with contextlib.suppress(Exception):  # the child imports it (and reports it) as the script would
             importlib.import_module(name)
             done.append(name)
-        except Exception:  # noqa: BLE001 - the child imports it (and reports it) as the script would
-            pass
     return done
 
 
@@ -74,10 +73,8 @@ def learn(path: str, offset: int = 0) -> int:
         elif name.startswith("memo:"):
             _replay_memo(name[len("memo:"):])
         elif name not in sys.modules:
-            try:
+            with contextlib.suppress(Exception):  # the child imports it as it did before
                 importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - the child imports it as it did before
-                pass
     return offset + len(data)
 
 
@@ -96,10 +93,8 @@ def _build_model(ref: str) -> None:
             obj = None
     rebuild = getattr(obj, "model_rebuild", None)
     if rebuild is not None and not getattr(obj, "__pydantic_complete__", True):
-        try:
+        with contextlib.suppress(Exception):  # the child builds it as it did before
             rebuild()
-        except Exception:  # noqa: BLE001 - the child builds it as it did before
-            pass
 
 
 _SSL_POOL: dict = {}  # (cafile, capath) → an unused context made by create_default_context with those arguments
@@ -109,10 +104,8 @@ _ssl_missed: list = []  # the pool keys a run asked for and did not find (learne
 def _premake_ssl(key: tuple) -> None:
     """Load a CA bundle once (an HTTP client loads it for every client it makes: about 45 ms a run here)."""
     if key not in _SSL_POOL:
-        try:
+        with contextlib.suppress(Exception):  # the child makes it (and reports it) as it would have
             _SSL_POOL[key] = _ORIGINAL_SSL_CONTEXT(cafile=key[0], capath=key[1])
-        except Exception:  # noqa: BLE001 - the child makes it (and reports it) as it would have
-            pass
 
 
 def _create_default_context(purpose=ssl.Purpose.SERVER_AUTH, *, cafile=None, capath=None, cadata=None):
@@ -232,23 +225,19 @@ def memo_lines() -> list[str]:
 
 
 def _replay_memo(blob: str) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the next child computes it as it did before
         key, args, kwargs = pickle.loads(base64.b64decode(blob))
         fn = _MEMOS.get(key)
         if fn is not None:
             fn(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - the next child computes it as it did before
-        pass
 
 
 def _die_with_parent() -> None:
     """SIGTERM when the process that started us dies (Linux), so no fork server outlives the trainer."""
-    try:
+    with contextlib.suppress(Exception):  # elsewhere the caller's atexit stops us
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - elsewhere the caller's atexit stops us
-        pass
 
 
 def _read_line(conn: socket.socket) -> bytes:
