@@ -285,9 +285,6 @@ class NCCLSender:
         self.engine.shutdown()  # vLLM aborts the communicator (ncclCommAbort, waited on for at most 5 s)
 
 
-IPC_SERVER_ENV = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}  # the server reads pickled IPC handles (127.0.0.1 only)
-
-
 def _json_safe(update_info: dict) -> dict:
     """An update's CUDA IPC handles (tuples of non-JSON objects) as the base64 pickle vLLM's HTTP route reads."""
     if update_info.get("ipc_handles") is None:
