@@ -26,9 +26,7 @@ from verifiers_rl.errors import ModelServerError
 
 def split_url(url: str) -> tuple[str, str]:
     """(server root, OpenAI base URL) for `http://host:port` or `http://host:port/v1`."""
-    root = url.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[: -len("/v1")]
+    root = url.rstrip("/").removesuffix("/v1")
     if "://" not in root:
         root = "http://" + root
     return root, root + "/v1"
