@@ -189,6 +189,3 @@ class VLLMClient:
         r = httpx.get(self.roots[idx] + path, timeout=timeout)
         r.raise_for_status()
         return r.json()
-
-    def stats(self) -> dict[str, float]:
-        return {f"vllm/requests/server{i}": float(n) for i, n in enumerate(self.requests)}

@@ -284,9 +284,6 @@ class VLLMServer:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def exit_note(self) -> str | None:
         """Why the server is gone, in a few words, or None while it runs."""
         if self.proc is None or self.proc.poll() is None:
