@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -80,10 +81,8 @@ def _template_tool_calls(tool_calls) -> list[dict]:
         args = fn.get("arguments")
         if isinstance(args, str):
             # chat templates render arguments as a mapping
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 fn["arguments"] = json.loads(args) if args.strip() else {}
-            except json.JSONDecodeError:
-                pass
         tc["function"] = fn
         calls.append(tc)
     return calls

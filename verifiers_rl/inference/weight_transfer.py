@@ -23,6 +23,7 @@ so a dead server is reported within a poll and a hung transfer after the transfe
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import logging
@@ -420,10 +421,8 @@ class NativeWeightTransfer(WeightSync):
                     self._refresh_head = refresh_tied_head(self.client, control.idx, model)
                 reset_prefix_cache(self.client, control.idx)
             except BaseException:
-                try:
+                with contextlib.suppress(Exception):  # the transfer's own error says more
                     control.resume()
-                except Exception:
-                    pass  # the transfer's own error says more
                 raise
             control.resume()
         t2 = time.perf_counter()
