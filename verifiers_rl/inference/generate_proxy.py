@@ -125,17 +125,25 @@ ROUTES = {("POST", "/inference/v1/generate"), ("POST", "/inference/v1/abort_requ
           ("GET", "/health")}
 
 
+class JSONHandler(BaseHTTPRequestHandler):
+    """Answers JSON bodies over kept-alive connections (clients reuse them); logs nothing (a line per request would
+    drown the run's console). Also the local engine's endpoint's (`local_http`)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _reply(self, status: int, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
 def _handler(proxy: GenerateProxy) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _reply(self, status: int, data: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JSONHandler):
         def _route(self, method: str) -> None:
             path = self.path.split("?")[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
@@ -152,8 +160,5 @@ def _handler(proxy: GenerateProxy) -> type:
 
         def do_POST(self) -> None:
             self._route("POST")
-
-        def log_message(self, *args: Any) -> None:
-            return None
 
     return Handler

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from verifiers_rl.inference.local_openai import LocalEngineError, TokenTexts, build_response, make_request
@@ -48,25 +49,12 @@ __all__ = ["DEFAULT_MAX_TOKENS", "LocalClient", "LocalEngine", "LocalEngineError
 DEFAULT_MAX_TOKENS = 512
 
 
-class _Completions:
-    def __init__(self, engine: LocalEngine):
-        self._engine = engine
-
-    async def create(self, **kwargs) -> Any:
-        return await self._engine.chat_completion(**kwargs)
-
-
-class _Chat:
-    def __init__(self, engine: LocalEngine):
-        self.completions = _Completions(engine)
-
-
 class LocalClient:
     """The subset of `openai.AsyncOpenAI` the environments use: `client.chat.completions.create(...)`."""
 
     def __init__(self, engine: LocalEngine):
         self.engine = engine
-        self.chat = _Chat(engine)
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=engine.chat_completion))
         self.base_url = "local://engine/v1"
         self.api_key = "local"
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from verifiers_rl import policy_servers
+from verifiers_rl.inference.generate_proxy import JSONHandler
 
 
 class LocalHTTPServer:
@@ -123,16 +124,9 @@ def _error(status: int, message: str, kind: str) -> dict:
 
 
 def _handler(server: LocalHTTPServer) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the openai client reuses connections
-
+    class Handler(JSONHandler):
         def _send(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._reply(status, json.dumps(payload).encode())
 
         def do_GET(self) -> None:
             path = self.path.split("?")[0].rstrip("/")
@@ -165,9 +159,6 @@ def _handler(server: LocalHTTPServer) -> type:
                 status = getattr(e, "status_code", None) or (400 if isinstance(e, (ValueError, TypeError)) else 500)
                 kind = "BadRequestError" if status == 400 else "InternalServerError"
                 self._send(status, _error(status, str(getattr(e, "message", None) or e), kind))
-
-        def log_message(self, *args: Any) -> None:
-            return None  # one line per request would drown the run's console
 
     return Handler
 

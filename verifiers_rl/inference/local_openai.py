@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -80,10 +81,8 @@ def _template_tool_calls(tool_calls) -> list[dict]:
         args = fn.get("arguments")
         if isinstance(args, str):
             # chat templates render arguments as a mapping
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 fn["arguments"] = json.loads(args) if args.strip() else {}
-            except json.JSONDecodeError:
-                pass
         tc["function"] = fn
         calls.append(tc)
     return calls
@@ -151,17 +150,13 @@ def _encode(tokenizer, msgs, tools, chat_kwargs) -> list[int]:
     return [int(t) for t in out]
 
 
-def context_length(model) -> int | None:
-    cfg = getattr(model, "config", None)
-    if cfg is not None and hasattr(cfg, "get_text_config"):
-        cfg = cfg.get_text_config()
-    return getattr(cfg, "max_position_embeddings", None)
-
-
 def engine_context(engine: Any) -> int | None:
     """The context a request may fill: the model's max_position_embeddings, capped by the engine's
     `max_model_len` (the run's max_seq_len) when set; what `/v1/models` reports as `max_model_len`."""
-    ctx = context_length(engine.model)
+    cfg = getattr(engine.model, "config", None)
+    if cfg is not None and hasattr(cfg, "get_text_config"):
+        cfg = cfg.get_text_config()
+    ctx = getattr(cfg, "max_position_embeddings", None)
     cap = getattr(engine, "max_model_len", None)
     if cap:
         ctx = min(ctx, cap) if ctx else cap
@@ -188,8 +183,12 @@ def sampling_dist(temperature, top_p, opt) -> Dist:
     return Dist(temperature, top_p, max(top_k, 0), min_p, rep)
 
 
-def length_limits(prompt_len: int, ctx: int | None, requested, default_max: int, opt) -> tuple[int, int]:
-    """(max_new, min_tokens): max_tokens clamped to the room left in the context."""
+def new_token_limits(engine: Any, prompt_len: int, requested, opt) -> tuple[int, int]:
+    """(max_new, min_tokens) for a prompt on this engine: max_tokens clamped to the room left in the context;
+    without max_tokens, a reply may use the rest of `max_model_len` (or `default_max_tokens` when the engine has no
+    cap)."""
+    ctx = engine_context(engine)
+    default_max = engine.default_max_tokens if not getattr(engine, "max_model_len", None) else ctx
     room = ctx - prompt_len if ctx else None
     if room is not None and room <= 0:
         raise bad_request(
@@ -202,14 +201,6 @@ def length_limits(prompt_len: int, ctx: int | None, requested, default_max: int,
     if room is not None:
         max_new = min(max_new, room)
     return max_new, min(int(opt("min_tokens", 0) or 0), max_new)
-
-
-def new_token_limits(engine: Any, prompt_len: int, requested, opt) -> tuple[int, int]:
-    """(max_new, min_tokens) for a prompt on this engine: without max_tokens, a reply may use the rest of
-    `max_model_len` (or `default_max_tokens` when the engine has no cap)."""
-    ctx = engine_context(engine)
-    default_max = engine.default_max_tokens if not getattr(engine, "max_model_len", None) else ctx
-    return length_limits(prompt_len, ctx, requested, default_max, opt)
 
 
 def make_request(

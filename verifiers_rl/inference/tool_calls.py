@@ -20,10 +20,6 @@ class ParsedToolCalls:
     tool_calls: list[dict] = field(default_factory=list)
 
 
-def new_tool_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
 def _to_call(raw: str) -> dict | None:
     try:
         obj = json.loads(raw.strip())
@@ -37,7 +33,7 @@ def _to_call(raw: str) -> dict | None:
     if not isinstance(args, str):
         args = json.dumps(args, ensure_ascii=False)
     return {
-        "id": new_tool_call_id(),
+        "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
         "function": {"name": obj["name"], "arguments": args},
     }

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from verifiers_rl import policy_servers
+from verifiers_rl.errors import ModelServerError
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import VLLMLaunchError, VLLMServer, VLLMServerConfig
 from verifiers_rl.inference.vllm_sync import FullWeightReload, LoRAHotSwap
@@ -189,8 +190,7 @@ def server_launch_config(cfg: VLLMServerConfig, plan: Any, args: Any, *, served:
         server_args["dtype"] = dtype  # the trainer's precision: logprobs that match
     if not any(k.replace("_", "-").lstrip("-") == "max-model-len" for k in server_args):
         # RLConfig.max_tokens=None means "up to max_seq_len minus the prompt": the server's context is max_seq_len
-        ctx = max_positions
-        server_args["max_model_len"] = min(args.max_seq_len, ctx) if ctx else args.max_seq_len
+        server_args["max_model_len"] = min(args.max_seq_len, max_positions) if max_positions else args.max_seq_len
     if server_arg(server_args, "enable_scale_out") is None:
         server_args["enable_scale_out"] = True  # vLLM's /inference/v1/generate: what v1 environments call
     if cfg.gpus is None and getattr(plan, "server_gpus", None):  # a script's trainer: planned beside it
@@ -218,8 +218,6 @@ def _served_base_model(client: VLLMClient) -> str:
     try:
         data = client.get_json(0, "/v1/models")
     except Exception as e:
-        from verifiers_rl.errors import ModelServerError
-
         raise ModelServerError(f"vLLM server {client.roots[0]} did not list its models (GET /v1/models: "
                                f"{type(e).__name__}: {e})") from None
     models = [m for m in data.get("data", []) if not m.get("parent")]

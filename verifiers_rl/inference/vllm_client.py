@@ -26,9 +26,7 @@ from verifiers_rl.errors import ModelServerError
 
 def split_url(url: str) -> tuple[str, str]:
     """(server root, OpenAI base URL) for `http://host:port` or `http://host:port/v1`."""
-    root = url.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[: -len("/v1")]
+    root = url.rstrip("/").removesuffix("/v1")
     if "://" not in root:
         root = "http://" + root
     return root, root + "/v1"
@@ -191,6 +189,3 @@ class VLLMClient:
         r = httpx.get(self.roots[idx] + path, timeout=timeout)
         r.raise_for_status()
         return r.json()
-
-    def stats(self) -> dict[str, float]:
-        return {f"vllm/requests/server{i}": float(n) for i, n in enumerate(self.requests)}

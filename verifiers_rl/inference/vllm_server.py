@@ -14,6 +14,7 @@ GPU layouts (decided by `verifiers_rl.plan.gpus.plan_gpus`, in the plan; a serve
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -28,18 +29,10 @@ from typing import Any
 
 from verifiers_rl.errors import ModelServerError, VLLMLaunchError  # noqa: F401  (re-exported)
 from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, GPULayout, data_parallel_size, plan_gpus
-from verifiers_rl.plan.hardware import (  # noqa: F401  (find_vllm_python, health_ok re-exported)
-    DEFAULT_VENV,
-    INSTALL_HINT,
-    PYTHON_ENV_VAR,
-    find_vllm_python,
-    gpu_count,
-    health_ok,
-)
+from verifiers_rl.plan.hardware import find_vllm_python, gpu_count, health_ok  # noqa: F401  (re-exported too)
 from verifiers_rl.plan.sampling import SERVER_FLAGS, lora_server_args
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
-# Shown inside backquotes: the installed package's command, then the clone's script (a wrapper of the same code).
 # vLLM accepts only these values for --max-lora-rank.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -217,10 +210,8 @@ def _install_exit_hooks() -> None:
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
 
-        try:
+        with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, handler)
-        except (ValueError, OSError):
-            pass
 
 
 def _pdeathsig_preexec() -> Any:
@@ -293,9 +284,6 @@ class VLLMServer:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def exit_note(self) -> str | None:
         """Why the server is gone, in a few words, or None while it runs."""
         if self.proc is None or self.proc.poll() is None:
@@ -356,19 +344,15 @@ class VLLMServer:
         if proc is not None:
             pgid = proc.pid  # start_new_session: the server leads its own group
             _signal_group(pgid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
             deadline = time.monotonic() + timeout
             while group_members(pgid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if group_members(pgid) or proc.poll() is None:
                 _signal_group(pgid, signal.SIGKILL)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    pass
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -381,10 +365,8 @@ class VLLMServer:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def group_members(pgid: int) -> list[int]:

@@ -54,13 +54,9 @@ class _DirSync(WeightSync):
         self.history: list[dict[str, float]] = []
         self._written: list[Path] = []
 
-    def _fresh_dir(self, version: int) -> Path:
+    def _save(self, model: Any, version: int) -> Path:
         self.sync_dir.mkdir(parents=True, exist_ok=True)
         final = self.sync_dir / f"{self.prefix}-{version:06d}-{time.time_ns() % 10**9:09d}"
-        return final
-
-    def _save(self, model: Any, version: int) -> Path:
-        final = self._fresh_dir(version)
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         from transformers.utils import logging as hf_logging
@@ -107,9 +103,6 @@ class _DirSync(WeightSync):
 
     def metrics(self) -> dict[str, float]:
         return dict(self.last)
-
-    def close(self) -> None:
-        pass
 
 
 class LoRAHotSwap(_DirSync):

@@ -23,6 +23,7 @@ so a dead server is reported within a poll and a hung transfer after the transfe
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import logging
@@ -285,9 +286,6 @@ class NCCLSender:
         self.engine.shutdown()  # vLLM aborts the communicator (ncclCommAbort, waited on for at most 5 s)
 
 
-IPC_SERVER_ENV = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}  # the server reads pickled IPC handles (127.0.0.1 only)
-
-
 def _json_safe(update_info: dict) -> dict:
     """An update's CUDA IPC handles (tuples of non-JSON objects) as the base64 pickle vLLM's HTTP route reads."""
     if update_info.get("ipc_handles") is None:
@@ -423,10 +421,8 @@ class NativeWeightTransfer(WeightSync):
                     self._refresh_head = refresh_tied_head(self.client, control.idx, model)
                 reset_prefix_cache(self.client, control.idx)
             except BaseException:
-                try:
+                with contextlib.suppress(Exception):  # the transfer's own error says more
                     control.resume()
-                except Exception:
-                    pass  # the transfer's own error says more
                 raise
             control.resume()
         t2 = time.perf_counter()

@@ -13,6 +13,7 @@ rank 0 (the trainer).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from dataclasses import asdict, dataclass
 
@@ -96,8 +97,6 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         self.store = None
 
 
-try:
+with contextlib.suppress(ValueError):  # already registered (the module was imported twice)
     WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)
-except ValueError:  # already registered (the module was imported twice)
-    pass
 
