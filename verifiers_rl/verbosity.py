@@ -3,7 +3,9 @@ libraries' weight-loading bars). Light: the console scripts read it before anyth
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 DEBUG_ENV = "VF_DEBUG"      # 1: a failure also prints its traceback (vf-rl / vf-eval / vf-sft --debug set it)
 VERBOSE_ENV = "VF_VERBOSE"  # 1: keep the libraries' weight-loading / shard-writing progress bars
@@ -52,3 +54,17 @@ def quiet_bars_end(token: bool | None) -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """`datasets`' progress bars off inside the block (passes over rows that are instant), back as they were after."""
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    quiet = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not quiet:
+            enable_progress_bars()

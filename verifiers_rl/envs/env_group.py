@@ -21,10 +21,11 @@ import time
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from verifiers_rl.envs.dataset_format import batch_len, no_progress_bars, quiet_map
+from verifiers_rl.envs.dataset_format import batch_len, quiet_map
 from verifiers_rl.envs.environment import Environment
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages, RolloutInput, RolloutOutput, SamplingArgs, State
+from verifiers_rl.verbosity import no_progress_bars
 
 
 class EnvGroupRubric(Rubric):

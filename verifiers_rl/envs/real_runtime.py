@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Any, Awaitable, Callable
 
+from verifiers_rl.envs.dataset_format import with_example_id
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.errors import ModelServerError
 from verifiers_rl.rewards import contain_non_finite, reward_of
@@ -250,7 +251,7 @@ async def generate_states_real(env: Any, rows: list[dict], client: Any, model: s
             _GROUP_ERRORS.reset(token)
 
     async def group(i: int, row: dict) -> list[dict]:
-        row = {**row, "example_id": row.get("example_id", i)}
+        row = with_example_id(row, i)
         t0 = time.perf_counter()
         async with sem or contextlib.nullcontext():
             states, sink = await run(row)

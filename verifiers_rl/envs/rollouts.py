@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable
 from verifiers_rl.clients import Client
 from verifiers_rl.env_output import env_output
 from verifiers_rl.envs.environment import RUN_MAX_SEQ_LEN
+from verifiers_rl.envs.dataset_format import with_example_id
 from verifiers_rl.envs.generation import input_rows, rubric_cleanup
 from verifiers_rl.envs.real_runtime import generate_states_real, is_real_env, limit_real_env
 from verifiers_rl.errors import ModelServerError
@@ -138,4 +139,4 @@ async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, mo
             await maybe_await(on_group_done, states)
         return states
 
-    return await gather_flat(group({**r, "example_id": r.get("example_id", i)}) for i, r in enumerate(rows))
+    return await gather_flat(group(with_example_id(r, i)) for i, r in enumerate(rows))

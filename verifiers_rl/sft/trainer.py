@@ -119,17 +119,12 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, packing=settings.packing,
         **({"eval_strategy": "steps", "eval_steps": val_interval or settings.logging_steps,
             "per_device_eval_batch_size": settings.batch_size} if val is not None else {}))
-    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from verifiers_rl.verbosity import no_progress_bars
 
-    quiet = are_progress_bars_disabled()
-    disable_progress_bars()  # TRL's dataset passes over pre-tokenized rows are instant: no bars
-    try:
-        with peft_wrapping_quietly():  # TRL wraps the model with peft here when use_lora
-            trainer = SFTTrainer(model=policy, args=config, train_dataset=data, eval_dataset=val,
-                                 processing_class=tokenizer, peft_config=peft_config)
-    finally:
-        if not quiet:
-            enable_progress_bars()
+    # TRL's dataset passes over pre-tokenized rows are instant: no bars; TRL wraps the model with peft here (use_lora)
+    with no_progress_bars(), peft_wrapping_quietly():
+        trainer = SFTTrainer(model=policy, args=config, train_dataset=data, eval_dataset=val,
+                             processing_class=tokenizer, peft_config=peft_config)
     return trainer, tokenizer, console, this_rank, world
 
 
