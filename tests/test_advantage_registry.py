@@ -16,10 +16,11 @@ import torch
 import verifiers_rl as vf
 from verifiers_rl.config.loading import ConfigError, parse_args
 from verifiers_rl.config.schema import resolve_run
-from verifiers_rl.trainer.advantage_types import ADVANTAGES, get_advantage
+from verifiers_rl.trainer.advantage_types import ADVANTAGES
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.rloo import RLOOAdvantageConfig
-from verifiers_rl.trainer.advantage_types.settings import advantages_for, resolve_advantage
+from verifiers_rl.trainer.advantages import advantages_for
+from verifiers_rl.trainer.typed_table import get_advantage, resolve_advantage
 from verifiers_rl.trainer.advantages import compute_advantages, rloo_advantages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,10 +98,11 @@ def test_rlconfig_default_is_grpo_and_the_deprecated_top_level_scale_rewards_fil
 
 def test_advantages_for_applies_the_chosen_estimator(tmp_path):
     grpo = config(tmp_path, rollouts_per_example=4, batch_size=8, advantage={"scale_rewards": "group"})
-    assert torch.equal(advantages_for(REWARDS, 4, grpo), compute_advantages(REWARDS, 4, "group"))
+    assert torch.equal(advantages_for(REWARDS, 4, resolve_advantage(grpo)), compute_advantages(REWARDS, 4, "group"))
     rloo = config(tmp_path, rollouts_per_example=4, batch_size=8, advantage={"type": "rloo"})
-    assert torch.equal(advantages_for(REWARDS, 4, rloo), rloo_advantages(REWARDS, 4, RLOOAdvantageConfig()))
-    assert not torch.equal(advantages_for(REWARDS, 4, rloo), advantages_for(REWARDS, 4, config(tmp_path)))
+    rloo_adv = advantages_for(REWARDS, 4, resolve_advantage(rloo))
+    assert torch.equal(rloo_adv, rloo_advantages(REWARDS, 4, RLOOAdvantageConfig()))
+    assert not torch.equal(rloo_adv, advantages_for(REWARDS, 4, resolve_advantage(config(tmp_path))))
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -163,7 +165,7 @@ def test_only_the_advantage_modules_call_compute_advantages():
     assert callers == set()
     users = {p.relative_to(REPO).as_posix() for p in package.rglob("*.py")
              if "advantages_for" in _called_names(ast.parse(p.read_text()))}
-    assert users == {"verifiers_rl/trainer/step.py", "verifiers_rl/trainer/wandb_extras.py"}
+    assert users == {"verifiers_rl/trainer/step.py"}  # the W&B table shows the step's own advantages
     # the check sees a direct call written elsewhere (it can fail)
     assert "compute_advantages" in _called_names(ast.parse("from m import f\nx = f.compute_advantages(r, 2)\n"))
 
@@ -222,7 +224,8 @@ def test_max_rl_divides_the_centred_rewards_by_the_group_mean():
     adv = max_rl_advantages(torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0]), 4, MaxRLAdvantageConfig())
     assert adv.tolist() == pytest.approx([3, -1, -1, -1, 1 / 3, 1 / 3, 1 / 3, -1])
     c = vf.RLConfig(output_dir="o", **{**SMALL, "advantage": {"type": "max_rl"}})
-    assert torch.equal(advantages_for(rewards, 4, c), max_rl_advantages(rewards, 4, MaxRLAdvantageConfig()))
+    assert torch.equal(advantages_for(rewards, 4, resolve_advantage(c)),
+                       max_rl_advantages(rewards, 4, MaxRLAdvantageConfig()))
 
 
 def test_the_length_penalty_shapes_rewards_before_the_group_baseline():
@@ -234,14 +237,14 @@ def test_the_length_penalty_shapes_rewards_before_the_group_baseline():
                              turns=torch.tensor([1.0, 2.0, 1.0, 1.0, 1.0, 1.0]))
     penalty = {"num_output_tokens_weight": 0.25, "num_input_tokens_weight": 0.1, "num_turns_weight": 0.1}
     c = vf.RLConfig(output_dir="o", **{**SMALL, "batch_size": 6, "advantage": {"length_penalty": penalty}})
-    adv = advantages_for(rewards, 2, c, lengths=lengths)
+    adv = advantages_for(rewards, 2, resolve_advantage(c), lengths=lengths)
     # group 0, pass rate 1: shaped 1 - (0.25 * 10/20 + 0.1 * 1 + 0.1 * 1/2) = 0.725 and 1 - (0.25 + 0.1 + 0.1) = 0.55
     assert adv[:2].tolist() == pytest.approx([0.0875, -0.0875])
     assert adv[2:4].tolist() == [0.0, 0.0]  # pass rate 0: no penalty, no signal
     # group 2, pass rate 0.5: 1 - 0.5 * (0.25 + 0.1 + 0.1) = 0.775 and 0 - 0.5 * (0.125 + 0.1 + 0.1) = -0.1625
     assert adv[4:].tolist() == pytest.approx([0.46875, -0.46875])
     # a dropped rollout leaves the group: the others' lengths are what the penalty compares
-    kept = advantages_for(rewards, 2, c, [True, True, True, True, True, False], lengths)
+    kept = advantages_for(rewards, 2, resolve_advantage(c), [True, True, True, True, True, False], lengths)
     assert kept[:4].tolist() == pytest.approx(adv[:4].tolist()) and kept[4:].tolist() == [0.0, 0.0]
     # off by default; its table's keys and values are checked in one line; kept as a table from a notebook object
     assert resolve_advantage(vf.RLConfig(output_dir="o", **SMALL))[1].length_penalty is None

@@ -947,8 +947,9 @@ def test_docs_generator_covers_every_key():
     for key in ("inference.urls", "eval.env.N.num_examples", "warmup.completion_format", "tiny_model.layers"):
         assert f"| `{key}` |" in doc
     # every registered loss and estimator, with each key of its config (the one spelling: the table's)
-    from verifiers_rl.trainer.advantage_types import ADVANTAGES, get_advantage
-    from verifiers_rl.trainer.losses import LOSSES, get_loss
+    from verifiers_rl.trainer.advantage_types import ADVANTAGES
+    from verifiers_rl.trainer.losses import LOSSES
+    from verifiers_rl.trainer.typed_table import get_advantage, get_loss
 
     for section, names, spec_of in (("loss", LOSSES, get_loss), ("advantage", ADVANTAGES, get_advantage)):
         for name in names:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from verifiers_rl.trainer.advantage_types.grpo import GRPOAdvantageConfig
-from verifiers_rl.trainer.advantage_types.settings import resolve_advantage
+from verifiers_rl.trainer.typed_table import resolve_advantage
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.config import DEFAULT_LORA_TARGET_MODULES, RLConfig
 from verifiers_rl.trainer.loss import LossConfig

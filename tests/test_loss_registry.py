@@ -17,9 +17,10 @@ import verifiers_rl as vf
 from verifiers_rl.config.loading import ConfigError, parse_args
 from verifiers_rl.config.schema import resolve_run
 from verifiers_rl.trainer.loss import LossConfig, LossInputs, compute_loss
-from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, get_loss, loss_types
+from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS
+from verifiers_rl.trainer.typed_table import get_loss, loss_types
 from verifiers_rl.trainer.losses.distill import SFTLossConfig
-from verifiers_rl.trainer.losses.settings import resolve_loss
+from verifiers_rl.trainer.typed_table import resolve_loss
 from verifiers_rl.trainer.losses.trl_types import DAPO, DAPOLossConfig
 
 dapo_loss = DAPO.fn
@@ -224,21 +225,20 @@ def test_a_three_step_run_builds_its_loss_and_its_estimator_once_each(tiny_model
     handed to every step after, not rebuilt per step or per micro-batch."""
     from test_trainer import make_config, make_env, read_metrics
 
-    from verifiers_rl.trainer.advantage_types import settings as advantage_settings
-    from verifiers_rl.trainer.losses import settings as loss_settings
+    from verifiers_rl.trainer import typed_table
 
     built = {"loss": 0, "advantage": 0}
 
-    def counted(module, key):
-        build = module._build
+    def counted(name, key):
+        build = getattr(typed_table, name)
 
         def wrapper(c):
             built[key] += 1
             return build(c)
-        monkeypatch.setattr(module, "_build", wrapper)
+        monkeypatch.setattr(typed_table, name, wrapper)
 
-    counted(loss_settings, "loss")
-    counted(advantage_settings, "advantage")
+    counted("_build_loss", "loss")
+    counted("_build_advantage", "advantage")
     args = make_config(tmp_path, max_steps=3, loss={"type": "dapo", "epsilon_high": 0.3},
                        advantage={"type": "rloo"})
     vf.RLTrainer(str(tiny_model_dir), make_env(), args).train()
@@ -340,7 +340,7 @@ def test_a_custom_loss_and_estimator_by_import_path_train_two_steps(tiny_model_d
 
     from two_steps import two_steps_through_vf_rl
 
-    from verifiers_rl.trainer.advantage_types import get_advantage
+    from verifiers_rl.trainer.typed_table import get_advantage
 
     (tmp_path / "my_objectives.py").write_text(CUSTOM)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -379,8 +379,6 @@ def test_a_run_builds_its_loss_and_estimator_once(tiny_model_dir, tmp_path, monk
         return real(section, *a, **k)
 
     monkeypatch.setattr(typed_table, "build_config", counted)
-    for module in ("verifiers_rl.trainer.losses.settings", "verifiers_rl.trainer.advantage_types.settings"):
-        monkeypatch.setattr(f"{module}.build_config", counted)
     args = make_config(tmp_path, max_steps=3, loss={"type": "cispo"}, advantage={"type": "max_rl"})
     vf.RLTrainer(str(tiny_model_dir), make_env(), args).train()
     assert sorted(built) == ["advantage", "loss"], built

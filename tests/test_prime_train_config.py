@@ -15,7 +15,7 @@ from verifiers_rl.config import hosted, prime_train
 from verifiers_rl.config.loading import ConfigError, parse_args
 from verifiers_rl.config.schema import resolve_run
 from verifiers_rl.trainer.advantage_types.length_penalty import LengthPenaltyConfig
-from verifiers_rl.trainer.advantage_types.settings import resolve_advantage
+from verifiers_rl.trainer.typed_table import resolve_advantage
 
 ONE_SEAT = '''
 max_steps = 40

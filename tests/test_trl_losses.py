@@ -17,7 +17,7 @@ import torch
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 
 from verifiers_rl.trainer.loss import LossInputs  # noqa: E402
-from verifiers_rl.trainer.losses import get_loss  # noqa: E402
+from verifiers_rl.trainer.typed_table import get_loss  # noqa: E402
 
 B, T = 5, 9
 

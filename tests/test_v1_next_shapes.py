@@ -15,7 +15,8 @@ import torch
 
 from verifiers_rl.envs.turn_tokens import rollout_tokens
 from verifiers_rl.evaluation import summarize
-from verifiers_rl.trainer.advantage_types.settings import advantages_for
+from verifiers_rl.trainer.advantages import advantages_for
+from verifiers_rl.trainer.typed_table import resolve_advantage
 from verifiers_rl.trainer.batching import build_samples, drop_reason
 from verifiers_rl.v1.episodes import episode_states
 
@@ -64,7 +65,7 @@ def test_a_dropped_trace_trains_no_token_and_counts_in_no_reward_mean():
     assert summary["metrics/exact"] == 2 / 3
     rewards = torch.tensor([s["reward"] for s in states])
     kept = [not s["dropped"] for s in states]
-    adv = advantages_for(rewards, 2, SimpleNamespace(advantage=None), kept)
+    adv = advantages_for(rewards, 2, resolve_advantage(SimpleNamespace(advantage=None)), kept)
     # group 0's baseline is its one kept rollout (advantage 0), not the mean with the dropped one (+0.5)
     assert adv.tolist() == [0.0, 0.0, -0.5, 0.5]
     samples = build_samples(states, adv.tolist(), max_seq_len=64)

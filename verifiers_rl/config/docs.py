@@ -177,10 +177,10 @@ def typed_table_md(section: str) -> str:
 
     if section == "loss":
         from verifiers_rl.trainer.losses import LOSSES as names
-        from verifiers_rl.trainer.losses import get_loss as spec_of
+        from verifiers_rl.trainer.typed_table import get_loss as spec_of
     else:
         from verifiers_rl.trainer.advantage_types import ADVANTAGES as names
-        from verifiers_rl.trainer.advantage_types import get_advantage as spec_of
+        from verifiers_rl.trainer.typed_table import get_advantage as spec_of
     rows = ["| `type` | key | type | default | meaning |", "|---|---|---|---|---|"]
     for name in names:
         spec = spec_of(name)

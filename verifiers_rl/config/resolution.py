@@ -162,9 +162,7 @@ def resolved_trainer_args(args: Any, user: dict[str, Any]) -> dict[str, Any]:
 def _built_table(args: Any, section: str) -> dict[str, Any]:
     """The run's loss or estimator as the table it was built from, every key filled in (a type given by import
     path keeps its path)."""
-    from verifiers_rl.trainer.advantage_types.settings import resolve_advantage
-    from verifiers_rl.trainer.losses.settings import resolve_loss
-    from verifiers_rl.trainer.typed_table import as_table
+    from verifiers_rl.trainer.typed_table import as_table, resolve_advantage, resolve_loss
 
     spec, config = (resolve_loss if section == "loss" else resolve_advantage)(args)
     given = getattr(args, section)

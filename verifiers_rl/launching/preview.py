@@ -39,7 +39,7 @@ def add_memory_line(plan: RunPlan, cfg: Any, gpu_gb: float | None = None) -> Non
         return
     from verifiers_rl.plan.hardware import gpu_memory_gb
     from verifiers_rl.plan.memory import estimate_line, model_shape
-    from verifiers_rl.trainer.losses.settings import reference_beta
+    from verifiers_rl.trainer.typed_table import reference_beta
 
     a = rl_args_view(cfg, plan)
     gpu_gb = gpu_gb or gpu_memory_gb()

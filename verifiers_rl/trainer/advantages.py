@@ -1,7 +1,9 @@
 """The advantage estimators' functions: pure, tensors in, tensors out (their configs and specs, no torch, in
-``advantage_types/``)."""
+``advantage_types/``); :func:`advantages_for` is the one place a run's advantages are computed."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -82,3 +84,28 @@ def max_rl_advantages(rewards: torch.Tensor, group_size: int, config: MaxRLAdvan
     mean = rewards.float().view(-1, group_size).mean(dim=1, keepdim=True)
     scaled = centred.view(-1, group_size) / mean.clamp(min=torch.finfo(torch.float32).tiny)
     return torch.where(mean > 0, scaled, torch.zeros_like(scaled)).view(-1)
+
+
+def advantages_for(rewards: torch.Tensor, group_size: int, estimator: tuple[Any, Any],
+                   kept: list[bool] | None = None, lengths: RolloutLengths | None = None) -> torch.Tensor:
+    """The advantages of a step's ``rewards`` (contiguous groups of ``group_size``) under ``estimator``: the run's
+    ``(AdvantageSpec, config)``, as ``typed_table.resolve_advantage`` built it once.
+    ``kept`` False marks a rollout its environment dropped: it gets advantage 0 and is left out of its group's
+    baseline (the estimator runs on the group's kept rollouts; fewer than it needs: all 0). ``lengths``: each
+    rollout's (``rollout_lengths(states)``), for an estimator that uses them (grpo's length penalty)."""
+    spec, config = estimator
+
+    def run(r: torch.Tensor, g: int, idx: torch.Tensor | None = None) -> torch.Tensor:
+        if not spec.uses_lengths:
+            return spec.fn(r, g, config)
+        return spec.fn(r, g, config, lengths=lengths if lengths is None or idx is None else lengths.take(idx))
+
+    if kept is None or all(kept):
+        return run(rewards, group_size)
+    out = torch.zeros_like(rewards, dtype=torch.float32)
+    keep = torch.tensor(kept, dtype=torch.bool)
+    for start in range(0, len(rewards), group_size):
+        idx = torch.arange(start, min(start + group_size, len(rewards)))[keep[start:start + group_size]]
+        if len(idx) >= max(spec.min_group_size, 1):
+            out[idx] = run(rewards[idx], len(idx), idx).float()
+    return out

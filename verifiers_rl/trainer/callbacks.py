@@ -44,7 +44,7 @@ class ConsoleCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.loss_keys is None:
-            from verifiers_rl.trainer.losses.settings import resolve_loss
+            from verifiers_rl.trainer.typed_table import resolve_loss
 
             self.loss_keys = resolve_loss(args)[0].console
         # In a terminal, a bar under the step lines (they print above it); in a log file, the lines alone.

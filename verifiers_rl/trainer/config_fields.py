@@ -11,12 +11,10 @@ from typing import Any, TypeVar
 from verifiers_rl.errors import SettingError
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
 from verifiers_rl.plan.sampling import training_problem
-from verifiers_rl.trainer.advantage_types.settings import check_advantage
 from verifiers_rl.trainer.buffer import BufferConfig
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
-from verifiers_rl.trainer.losses.settings import check_loss, resolve_loss
 from verifiers_rl.trainer.modes import ModeConfig, mode_problem
-from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS
+from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS, check_advantage, check_loss, resolve_loss
 from verifiers_rl.trainer.run_settings import resolve_run_settings, wandb_problem
 
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

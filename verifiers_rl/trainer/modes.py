@@ -100,7 +100,7 @@ class RLMode:
         # the policy's log-probs match its sampling distribution; greedy (0) reports the raw one, as vLLM does
         self.temperature = logprob_temperature(self.args.temperature)
         self.truncation = sampler_truncation(self.args)
-        from verifiers_rl.trainer.losses.settings import resolve_loss
+        from verifiers_rl.trainer.typed_table import resolve_loss
 
         # the loss this mode's inputs go to (trainer/losses/: loss.type, or the mode's own)
         self.loss_spec, self.loss_config = resolve_loss(self.args)

@@ -33,8 +33,8 @@ def _first(items: list[int]) -> dict[str, Any]:
 class RLTrainer(TrainerHooks, Trainer):
     """Public surface beyond transformers.Trainer's: `env`, `eval_envs`, `mode`, `plan`, `inference`,
     `policy_client`, `orchestrator`, `ref_model`, `sharded`; `pending_metrics` (the steps' metrics not logged yet),
-    `last_states` (the last step's rollouts), `last_eval`; `after_optimizer_step`, `sync_inference`,
-    `served_model`, `eval_states`, `run_eval`, `wait_for_plot`, `close`."""
+    `last_states` and `last_advantages` (the last step's rollouts and their advantages), `last_eval`;
+    `after_optimizer_step`, `sync_inference`, `served_model`, `eval_states`, `run_eval`, `wait_for_plot`, `close`."""
 
     def __init__(self, model: Any, env: Any, args: RLConfig | None = None, processing_class: Any = None,
                  peft_config: Any = None, callbacks: list | None = None, eval_envs: Any = None,
@@ -51,6 +51,7 @@ class RLTrainer(TrainerHooks, Trainer):
         setup.wire_callbacks(self)
         self.pending_metrics: list[dict[str, float]] = []
         self.last_states: list[dict[str, Any]] | None = None
+        self.last_advantages: torch.Tensor | None = None
         self.plot_thread: Any = None  # metrics.png drawn in the background when train() ends
         self.steps = StepRunner(self)
         self.ref_model = setup.reference_model(self)

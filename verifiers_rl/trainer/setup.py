@@ -48,7 +48,7 @@ def wire_callbacks(trainer: Any) -> None:
 def reference_model(trainer: Any) -> Any:
     """A frozen copy of the initial policy for the KL to the reference (beta > 0); None with LoRA (the base under
     the adapter is the reference) or without beta."""
-    from verifiers_rl.trainer.losses.settings import reference_beta
+    from verifiers_rl.trainer.typed_table import reference_beta
 
     args = trainer.args
     if reference_beta(args) > 0 and not args.use_lora:

@@ -17,12 +17,13 @@ import torch
 from verifiers_rl.rewards import is_dropped, reward_of, training_reward
 from verifiers_rl.trainer import distributed
 from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
-from verifiers_rl.trainer.advantage_types.settings import advantages_for
+from verifiers_rl.trainer.advantages import advantages_for
 from verifiers_rl.trainer.batching import Sample, collate, drop_reason, split_micro_batches
 from verifiers_rl.trainer.logprobs import packing_matches, policy_token_logprobs
 from verifiers_rl.trainer.loss import StepTotals, masked_mean
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.token_export import sequence_records, write_records
+from verifiers_rl.trainer.typed_table import resolve_advantage
 
 
 def filler_sample(pad_token_id: int | None) -> Any:
@@ -46,9 +47,11 @@ class StepRunner:
         self.trainer = trainer
         self.packing_checked: bool | None = None  # prompt packing verified on this model (None: not yet)
         self.started = 0.0  # perf_counter at the start of the current step (time/step)
+        self.estimator = resolve_advantage(trainer.args)  # built when the RLConfig was made; every step uses it
 
     def run(self, model: torch.nn.Module) -> torch.Tensor:
-        """One training step; its metrics join `trainer.pending_metrics`, its rollouts are `trainer.last_states`."""
+        """One training step; its metrics join `trainer.pending_metrics`, its rollouts and their advantages are
+        `trainer.last_states` and `trainer.last_advantages`."""
         tr = self.trainer
         args, step = tr.args, tr.state.global_step
         t_step = time.perf_counter()
@@ -59,8 +62,8 @@ class StepRunner:
             raise RuntimeError(f"step {step}: got {len(states)} rollouts, expected batch_size={args.batch_size}")
 
         rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # as the buffer
-        advantages = advantages_for(rewards, args.rollouts_per_example, args, [not is_dropped(s) for s in states],
-                                    rollout_lengths(states))
+        kept = [not is_dropped(s) for s in states]
+        advantages = advantages_for(rewards, args.rollouts_per_example, self.estimator, kept, rollout_lengths(states))
         mine = slice(offset, offset + len(batch.states))
         samples = tr.mode.samples(batch.states, advantages[mine].tolist())  # opd by URL: the teacher scores here
         t_train = time.perf_counter()
@@ -80,7 +83,7 @@ class StepRunner:
         }
         self.started = t_step
         tr.pending_metrics.append(metrics)
-        tr.last_states = states
+        tr.last_states, tr.last_advantages = states, advantages
         return total_loss
 
     def train_on(self, model: torch.nn.Module, samples: list[Any], step: int) -> tuple[torch.Tensor, dict[str, float]]:

@@ -1,6 +1,10 @@
-"""A registered kind's config from its settings table: the one rule ``loss`` and ``advantage`` share. The table
-holds the chosen type's own keys. RLConfig's older top-level spellings of some of them (``kl_tau`` for
-``loss.kl_tau``, ...) are deprecated: set, one fills the chosen type's key with one warning."""
+"""A run's loss and advantage estimator from their settings tables: ``RLConfig.loss`` (``[trainer.args.loss]``) and
+``RLConfig.advantage`` (``[trainer.args.advantage]``), each ``type`` (a registered name, or an import path) and that
+type's own keys. The one module that reads those tables: it finds the type, builds its config (which checks its
+values), and keeps the result beside the RLConfig, so a run builds each once and its trainer hands them on.
+
+RLConfig's older top-level spellings of some keys (``kl_tau`` for ``loss.kl_tau``, ``scale_rewards`` for
+``advantage.scale_rewards``, ...) are deprecated: set, one fills the chosen type's key with one warning."""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ import weakref
 from typing import Any, Callable, Iterable
 
 from verifiers_rl.errors import SettingError
+from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec
+from verifiers_rl.trainer.lazy_function import imported
+from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec
 
 # RLConfig's deprecated top-level spellings, each of a key of that section's table (one release, one warning each):
 # RLConfig's fields, vf-rl's renames (config/composition.py) and the build below all read this one mapping.
@@ -151,26 +158,22 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
     return spec
 
 
-def imported(path: str, default_attr: str = "") -> Any:
-    """The attribute ``"package.module:attribute"`` names (``default_attr`` when the path has no ``:attribute``)."""
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr or default_attr)
+def get_loss(name: str) -> LossSpec:
+    """The registered loss ``name`` (``losses.LOSSES``), or a :class:`LossSpec` outside the package by import path
+    (``"my_pkg.losses:LOSS"``); anything else is one line listing the registered ones."""
+    return registered("loss", name, LOSSES, LossSpec, "LOSS")
 
 
-class LazyFunction:
-    """A registered spec's function by import path (``"package.module:function"``), imported at its first call: the
-    specs and their configs are read where a config is checked (vf-rl's own process), which imports no torch."""
+def loss_types(mode: str | None = None) -> list[str]:
+    """The registered loss names (those whose inputs ``mode`` builds, when given)."""
+    return [n for n in LOSSES if mode is None or get_loss(n).mode == mode]
 
-    def __init__(self, path: str) -> None:
-        self.path, self._fn = path, None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fn is None:
-            self._fn = imported(self.path)
-        return self._fn(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<function {self.path}>"
+def get_advantage(name: str) -> AdvantageSpec:
+    """The registered estimator ``name`` (``advantage_types.ADVANTAGES``), or an :class:`AdvantageSpec` outside the
+    package by import path (``"my_pkg.advantages:ADVANTAGE"``); anything else is one line listing the registered
+    ones."""
+    return registered("advantage", name, ADVANTAGES, AdvantageSpec, "ADVANTAGE")
 
 
 # (id(config), slot) -> (a weak reference to the config, its inputs' repr, the result): beside the config, not on
@@ -196,3 +199,98 @@ def keep(c: Any, slot: str, inputs: Any, result: Any) -> None:
     except TypeError:  # an object without weak references (a plain namespace in a test): not kept
         return
     _BUILT[key] = (ref, repr(inputs), result)
+
+
+# --- the loss ------------------------------------------------------------------------------------------------------
+
+
+def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
+    """``RLConfig.loss`` as a table: None, a table with ``type``, or the config object of a loss ``mode`` trains with
+    (``DAPOLossConfig(epsilon_high=0.3)`` in a notebook)."""
+    table = table_of(loss, lambda: {n: get_loss(n).config for n in loss_types(mode)})
+    if table is not None:
+        return table
+    raise SettingError("loss",
+                       f"loss={loss!r} must be a table with a 'type' key (one of {', '.join(LOSSES)}) or the config "
+                       f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
+
+
+def _loss_inputs(c: Any) -> tuple:
+    return (getattr(c, "training_mode", "rl"), getattr(c, "loss", None),
+            [getattr(c, k, None) for k in deprecated_keys("loss")])
+
+
+def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
+    """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields):
+    once per run, kept for ``c`` (beside it: ``built_once``) while its loss settings stay the same."""
+    return built_once(c, "_built_loss", _loss_inputs(c), lambda: _build_loss(c))
+
+
+def reference_beta(c: Any) -> float:
+    """The weight of the KL to the reference (initial) policy in ``c``'s loss: > 0 needs the reference model."""
+    return float(getattr(resolve_loss(c)[1], "beta", 0) or 0)
+
+
+def _build_loss(c: Any) -> tuple[LossSpec, Any]:
+    mode = getattr(c, "training_mode", "rl")
+    table = loss_table(getattr(c, "loss", None), mode)
+    kind = table.pop("type", None) or MODE_LOSS.get(mode, "default")  # a name, or an import path
+    spec = registered("loss", kind, LOSSES, LossSpec, "LOSS")
+    if spec.mode != mode:
+        fits = ", ".join(loss_types(mode)) or "none"
+        raise SettingError("loss", f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
+                                   f"training_mode={spec.mode!r} or loss.type to one of {fits}")
+    return spec, build_config("loss", kind, spec.config, table, c, LOSSES, lambda n: get_loss(n).config)
+
+
+def check_loss(c: Any) -> None:
+    """Build the run's loss config once (one line on a bad key or value); a config object given as ``c.loss`` is
+    kept as its table."""
+    spec, config = resolve_loss(c)
+    store_back(c, "loss", spec.name, config)
+    keep(c, "_built_loss", _loss_inputs(c), (spec, config))  # the settings as stored back build the same
+
+
+# --- the advantage estimator ---------------------------------------------------------------------------------------
+
+
+def advantage_table(advantage: Any) -> dict[str, Any]:
+    """``RLConfig.advantage`` as a table: None, a table with ``type``, or an estimator's config object."""
+    table = table_of(advantage, lambda: {n: get_advantage(n).config for n in ADVANTAGES})
+    if table is not None:
+        return table
+    raise SettingError("advantage",
+                       f"advantage={advantage!r} must be a table with a 'type' key (one of {', '.join(ADVANTAGES)}) "
+                       "or an estimator's config object")
+
+
+def _advantage_inputs(c: Any) -> tuple:
+    return getattr(c, "advantage", None), [getattr(c, k, None) for k in deprecated_keys("advantage")]
+
+
+def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
+    """The chosen estimator and its config, built (so checked) from ``c`` (an RLConfig, or anything with its
+    fields): once per run, kept for ``c`` (beside it: ``built_once``) while its advantage settings stay the
+    same."""
+    return built_once(c, "_built_advantage", _advantage_inputs(c), lambda: _build_advantage(c))
+
+
+def _build_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
+    table = advantage_table(getattr(c, "advantage", None))
+    kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
+    spec = registered("advantage", kind, ADVANTAGES, AdvantageSpec, "ADVANTAGE")
+    return spec, build_config("advantage", kind, spec.config, table, c, ADVANTAGES,
+                              lambda n: get_advantage(n).config)
+
+
+def check_advantage(c: Any) -> None:
+    """Build the run's estimator config once (one line on a bad type, key or value; a group too small for it); a
+    config object given as ``c.advantage`` is kept as its table."""
+    spec, config = resolve_advantage(c)
+    group = getattr(c, "rollouts_per_example", spec.min_group_size)
+    if group < spec.min_group_size:
+        raise SettingError("advantage",
+                           f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
+                           f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
+    store_back(c, "advantage", spec.name, config)
+    keep(c, "_built_advantage", _advantage_inputs(c), (spec, config))  # the settings as stored back build the same

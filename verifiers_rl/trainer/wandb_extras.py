@@ -8,7 +8,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from verifiers_rl.rewards import is_dropped, reward_of, training_reward
+from verifiers_rl.rewards import reward_of, training_reward
 
 
 def _text(messages: Any) -> str:
@@ -28,23 +28,16 @@ class WandbSamplesCallback(TrainerCallback):
             return
         import wandb
 
-        states = self.trainer.last_states
-        if wandb.run is None or not states:
+        states, advantages = self.trainer.last_states, self.trainer.last_advantages
+        if wandb.run is None or not states or advantages is None:
             return
-        import torch
-
-        from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
-        from verifiers_rl.trainer.advantage_types.settings import advantages_for
-
-        rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # what trained
-        advantages = advantages_for(rewards, args.rollouts_per_example, args, [not is_dropped(s) for s in states],
-                                    rollout_lengths(states))
+        rewards = [training_reward(s, args.zero_truncated_completions) for s in states]  # what trained
         table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
         for s, a in zip(states, advantages.tolist()):
             prompt = s.get("prompt") or []
             table.add_data(state.global_step, _text(prompt[-1:] if isinstance(prompt, list) else prompt),
                            _text(s.get("completion")), reward_of(s), a)
         # its own W&B step on HF's x-axis (transformers' WandbCallback logs train/global_step)
-        wandb.log({"samples": table, "distributions/reward": wandb.Histogram(rewards.tolist()),
+        wandb.log({"samples": table, "distributions/reward": wandb.Histogram(rewards),
                    "distributions/advantage": wandb.Histogram(advantages.tolist()),
                    "train/global_step": state.global_step})

@@ -35,11 +35,3 @@ class AdvantageSpec:
     config: type
     min_group_size: int = 1
     uses_lengths: bool = False
-
-
-def get_advantage(name: str) -> AdvantageSpec:
-    """The registered estimator ``name``, or an :class:`AdvantageSpec` outside the package by import path
-    (``"my_pkg.advantages:ADVANTAGE"``); anything else is one line listing the registered ones."""
-    from verifiers_rl.trainer.typed_table import registered
-
-    return registered("advantage", name, ADVANTAGES, AdvantageSpec, "ADVANTAGE")

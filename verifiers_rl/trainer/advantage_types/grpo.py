@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import AdvantageSpec
 from verifiers_rl.trainer.advantage_types.length_penalty import LengthPenaltyConfig, length_penalty_config
-from verifiers_rl.trainer.typed_table import LazyFunction
+from verifiers_rl.trainer.lazy_function import LazyFunction
 
 SCALE_REWARDS_CHOICES = ("none", "group", "batch")
 

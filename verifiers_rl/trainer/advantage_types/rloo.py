@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verifiers_rl.trainer.advantage_types import AdvantageSpec
-from verifiers_rl.trainer.typed_table import LazyFunction
+from verifiers_rl.trainer.lazy_function import LazyFunction
 
 
 @dataclass

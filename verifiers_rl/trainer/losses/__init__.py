@@ -50,16 +50,3 @@ class LossSpec:
     mode: str = "rl"
     when_empty: dict[str, float] = field(default_factory=dict)
     console: tuple[tuple[str, str], ...] = ()
-
-
-def loss_types(mode: str | None = None) -> list[str]:
-    """The registered loss names (those whose inputs ``mode`` builds, when given)."""
-    return [n for n in LOSSES if mode is None or get_loss(n).mode == mode]
-
-
-def get_loss(name: str) -> LossSpec:
-    """The registered loss ``name``, or a :class:`LossSpec` outside the package by import path
-    (``"my_pkg.losses:LOSS"``); anything else is one line listing the registered ones."""
-    from verifiers_rl.trainer.typed_table import registered
-
-    return registered("loss", name, LOSSES, LossSpec, "LOSS")

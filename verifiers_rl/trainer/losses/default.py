@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.losses import LossSpec
-from verifiers_rl.trainer.typed_table import LazyFunction
+from verifiers_rl.trainer.lazy_function import LazyFunction
 
 
 @dataclass

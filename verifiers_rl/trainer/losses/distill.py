@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from verifiers_rl.trainer.losses import LossSpec
 from verifiers_rl.trainer.losses.default import LossConfig
-from verifiers_rl.trainer.typed_table import LazyFunction
+from verifiers_rl.trainer.lazy_function import LazyFunction
 
 
 @dataclass

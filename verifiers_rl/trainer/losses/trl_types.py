@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verifiers_rl.trainer.losses import LossSpec
-from verifiers_rl.trainer.typed_table import LazyFunction
+from verifiers_rl.trainer.lazy_function import LazyFunction
 
 LEVELS = ("token", "sequence")
 
