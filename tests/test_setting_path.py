@@ -116,3 +116,28 @@ def test_the_path_sees_a_return():
 
     path.follow(there_and_back)
     assert path.entered == ["value_check", "trainer.typed_table", "value_check"] and path.returns == ["value_check"]
+
+
+def test_the_trainer_process_of_a_vf_rl_run_builds_its_rlconfig_once(tiny_model_dir, tmp_path, monkeypatch):
+    """vf-rl's worker checks the config it is handed (building the RLConfig) and trains with that same RLConfig
+    when the plan leaves its precision as it is: the loss is built once in that process too. Here the worker's
+    steps run in this process (`load_run` on the resolved config, the plan, `launching.pipeline.run`)."""
+    from rich.console import Console
+    from two_steps import _write_run
+
+    from verifiers_rl.cli import rl as rl_cli
+    from verifiers_rl.launching.pipeline import run
+    from verifiers_rl.plan.launch import plan_launch
+    from verifiers_rl.trainer import typed_table
+
+    out = _write_run(tiny_model_dir, tmp_path, monkeypatch, 'loss = { type = "dapo" }')
+    assert rl_cli.main(["@", "run.toml", "--output-dir", str(out), "--dry-run"]) == 0
+    built = []
+    build = typed_table._build_loss
+    monkeypatch.setattr(typed_table, "_build_loss", lambda c: built.append(c) or build(c))
+    resolved, _ = load_run(["@", str(out / "configs" / "rl.toml")])
+    plan = plan_launch(resolved.cfg, 0, output_dir=resolved.output_dir, args=resolved.args)
+    result = run(resolved.cfg, resolved.rl_kwargs, Console(quiet=True), plan, resolved.args)
+    assert result["output_dir"] == resolved.output_dir and len(built) == 1
+    steps = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss/mean"' in line]
+    assert len(steps) == 2

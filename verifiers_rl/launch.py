@@ -64,7 +64,9 @@ def worker_main(config_path: str) -> int:
     route_env_output(Path(resolved.output_dir) / "logs", rank)  # environment prints and logs: logs/env.log
     try:
         # several training processes: rank 0 speaks for all (errors still reach stderr from every rank)
-        run(resolved.cfg, resolved.rl_kwargs, Console(quiet=rank != 0), plan)
+        # launched by vf-rl (a plan): the RLConfig was built in the run's environment (env files loaded by vf-rl
+        # already), so it is the trainer's; started by hand, it is built again once env files are in
+        run(resolved.cfg, resolved.rl_kwargs, Console(quiet=rank != 0), plan, resolved.args if plan else None)
     except RubricSetupError as e:  # a judge with no endpoint, or one that would be the policy's own server
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2

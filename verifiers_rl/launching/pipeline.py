@@ -243,9 +243,12 @@ def prepare_main() -> int:
     return 0
 
 
-def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = None) -> dict[str, Any]:
+def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = None, args: Any = None
+        ) -> dict[str, Any]:
     """Build the tiny model and SFT warm-up when asked, then RL-train with held-out eval before and after, on the
-    launch's plan (`verifiers_rl.plan.RunPlan`; None: the trainer plans from its RLConfig)."""
+    launch's plan (`verifiers_rl.plan.RunPlan`; None: the trainer plans from its RLConfig). `args`: the RLConfig
+    the worker's config check built from `rl_kwargs` (one build per process), used unless the plan changes its
+    precision."""
     from verifiers_rl.config.schema import build_rl_config
     from verifiers_rl.startup_gc import paused_gc
     from verifiers_rl.verbosity import quiet_library_bars
@@ -267,7 +270,8 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     if plan is not None and plan.precision and rl_kwargs.get("bf16") is None:
         rl_kwargs = {**rl_kwargs, "bf16": plan.precision["train"] == "bf16"}  # decided once, by the plan
     with paused_gc():
-        args = build_rl_config(rl_kwargs)
+        if args is None or args.bf16 != rl_kwargs.get("bf16", args.bf16):
+            args = build_rl_config(rl_kwargs)
         trainer = _trainer(plan, model, env, args)
         from verifiers_rl.launching.ranks import clear_marker
 
