@@ -82,24 +82,54 @@ def test_vf_rl_reads_the_type_in_four_modules_without_returning(section):
     assert run.rl_kwargs[section] == {"type": value}
 
 
-@pytest.mark.parametrize("section", sorted(CASES))
-def test_a_run_takes_the_built_type_to_the_step(section, tiny_model_dir, tmp_path):
-    """An RLConfig and a one-step run: the setting is read once, where the RLConfig is made; the step gets what
+class Holding(Path_):
+    """The same hook, counting calls whose arguments hold the setting anywhere inside (the merged config)."""
+
+    def holds(self, v, depth: int = 0) -> bool:
+        if depth > 6:
+            return False
+        if isinstance(v, dict):
+            return v.get("type") == self.value or any(self.holds(x, depth + 1) for x in v.values())
+        if isinstance(v, (list, tuple)):
+            return any(self.holds(x, depth + 1) for x in v)
+        return super().holds(v)
+
+
+def test_the_config_that_holds_the_loss_passes_each_module_once():
+    """Counted as the merged config that holds it (the issue's first walk, 11 modules and 12 returns then): each
+    stage of vf-rl's resolution once, in order, none entered again."""
+    path = Holding("dapo", "DAPOLossConfig")
+    argv = ["@", str(REPO / "configs/vf-rl/reverse-text.toml"), "--trainer.args.loss.type", "dapo"]
+    path.follow(lambda: load_run(argv, check_environments=False, preview=True))
+    assert path.entered == ["config.resolution", "config.loading", "config.composition", "config.hosted",
+                            "config.prime_train", "config.validation", "config.trainer_args", "value_check",
+                            "trainer.typed_table", "trainer.losses.trl_types"], path.entered
+    assert not path.returns
+
+
+@pytest.mark.integration  # trains in-process under a profile hook: many seconds
+def test_a_run_takes_the_built_types_to_the_step(tiny_model_dir, tmp_path):
+    """An RLConfig and a one-step run: each setting is read once, where the RLConfig is made; the step gets what
     was built."""
     from test_trainer import make_config, make_env
 
-    value, config_class, own, step = CASES[section]
-    path = Path_(value, config_class)
+    paths = {section: Path_(value, config_class) for section, (value, config_class, _, _) in CASES.items()}
 
-    def one_step():
-        args = make_config(tmp_path, max_steps=1, **{section: {"type": value}})
+    def both(frame, event, arg):
+        for path in paths.values():
+            path(frame, event, arg)
+
+    sys.setprofile(both)
+    try:
+        args = make_config(tmp_path, max_steps=1, **{section: {"type": case[0]} for section, case in CASES.items()})
         trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), args)
         trainer.train()
         trainer.close()
-
-    path.follow(one_step)
-    assert path.entered == ["trainer.typed_table", *own, step], path.entered
-    assert not path.returns
+    finally:
+        sys.setprofile(None)
+    for section, (_, _, own, step) in CASES.items():
+        assert paths[section].entered == ["trainer.typed_table", *own, step], (section, paths[section].entered)
+        assert not paths[section].returns
 
 
 def test_the_path_sees_a_return():
@@ -118,6 +148,7 @@ def test_the_path_sees_a_return():
     assert path.entered == ["value_check", "trainer.typed_table", "value_check"] and path.returns == ["value_check"]
 
 
+@pytest.mark.integration  # trains two steps in-process
 def test_the_trainer_process_of_a_vf_rl_run_builds_its_rlconfig_once(tiny_model_dir, tmp_path, monkeypatch):
     """vf-rl's worker checks the config it is handed (building the RLConfig) and trains with that same RLConfig
     when the plan leaves its precision as it is: the loss is built once in that process too. Here the worker's

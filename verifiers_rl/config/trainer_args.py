@@ -137,11 +137,13 @@ def preview_class() -> type | None:
 
 
 def build_rl_config(kwargs: dict[str, Any], *, preview: bool = False) -> Any:
-    """RLConfig(**kwargs); a `SettingError` (RLConfig's and the loss/estimator configs' checks name their key)
-    becomes `trainer.args.<key>: ...`; anything else (transformers' own checks) `trainer.args: ...`. `preview`:
-    without transformers (`preview_class`), as vf-rl's own process checks a run before it launches the trainer."""
+    """RLConfig(**kwargs), each key and value checked against RLConfig's fields first (`check_trainer_args`); a
+    `SettingError` (RLConfig's and the loss/estimator configs' checks name their key) becomes
+    `trainer.args.<key>: ...`; anything else (transformers' own checks) `trainer.args: ...`. `preview`: without
+    transformers (`preview_class`), as vf-rl's own process checks a run before it launches the trainer."""
     from verifiers_rl.errors import SettingError
 
+    check_trainer_args(kwargs)
     cls = preview_class() if preview else None
     if cls is None:
         from verifiers_rl.trainer.config import RLConfig as cls

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, TEACHER_ARGS, EnvSection, RunConfig, close_match, one_line
-from verifiers_rl.config.trainer_args import check_trainer_args, rl_field_info
+from verifiers_rl.config.trainer_args import rl_field_info
 from verifiers_rl.plan.gpus import gpu_ids
 
 
@@ -159,8 +159,8 @@ def teacher_problem(cfg: RunConfig) -> str | None:
 
 
 def rl_config_kwargs(cfg: RunConfig, output_dir: str | None = None) -> dict[str, Any]:
-    """`[trainer.args]` checked against RLConfig's fields, plus what [inference] passes through."""
-    check_trainer_args(cfg.trainer.args)
+    """RLConfig's kwargs: `[trainer.args]`, plus what [inference] and the mode's sections pass through (checked
+    against RLConfig's fields where they are built: `trainer_args.build_rl_config`)."""
     kwargs = dict(cfg.trainer.args)
     if output_dir is not None:
         kwargs["output_dir"] = output_dir
