@@ -884,6 +884,12 @@ def test_dry_run_every_config_and_round_trip(path, tmp_path, capsys):
     assert rl_cli.main(["@", str(written), "--dry-run", "--output-dir", str(second)]) == 0
     again = tomllib.loads((second / "configs" / "rl.toml").read_text())
     assert _without_output_dir(again) == _without_output_dir(resolved)
+    # and runs where its source runs: it asks for the GPUs its source asks for, and no others
+    from verifiers_rl.config.loading import none_strings
+    from verifiers_rl.plan.launch import gpus_asked
+
+    asked = [gpus_asked(validate_run_config(none_strings(c))) for c in (resolved, source)]
+    assert asked[0] == asked[1], asked
 
 
 def test_dry_run_writes_to_default_output_dir(tmp_path, monkeypatch, capsys):

@@ -170,7 +170,8 @@ def _built_table(args: Any, section: str) -> dict[str, Any]:
 
 
 def resolved_dict(run: ResolvedRun) -> dict[str, Any]:
-    """The whole run with every default filled in: what `--dry-run` writes and `vf-rl @` accepts back."""
+    """The whole run with every default filled in (the GPU counts only where the config states them): what
+    `--dry-run` writes and `vf-rl @` accepts back, on the same machines."""
     d = run.cfg.model_dump(mode="python")
     for name in ("training_mode", "teacher"):  # folded into trainer.args (RLConfig's training_mode, teacher_*)
         d.pop(name, None)
@@ -179,6 +180,9 @@ def resolved_dict(run: ResolvedRun) -> dict[str, Any]:
             d.pop(name, None)
     if d.get("model") is None:
         d.pop("model")
+    for name in ("inference", "trainer"):  # a GPU count is a request only as the user states it (plan.gpus_asked)
+        if "gpus" not in getattr(run.cfg, name).model_fields_set:
+            d[name].pop("gpus", None)
     user = {k: v for k, v in run.cfg.trainer.args.items()}
     d["trainer"]["args"] = resolved_trainer_args(run.args, user)
     return d
