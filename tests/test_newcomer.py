@@ -122,6 +122,36 @@ def test_a_run_whose_every_step_errored_is_a_failure_not_a_success(tiny_model_di
     assert "\n" not in str(e.value)
 
 
+def test_a_step_past_generation_timeout_is_one_line_naming_the_setting(tiny_model_dir, tmp_path):
+    """An environment slower than generation_timeout (here its env_response sleeps): train() raises one line that
+    names the setting (vf-rl prints it and exits 1), not asyncio's bare TimeoutError."""
+    import asyncio
+
+    import verifiers_rl as vf
+    from verifiers_rl.errors import GenerationTimeoutError, TrainingStalledError
+
+    class Slow(vf.MultiTurnEnv):
+        async def env_response(self, messages, state):
+            await asyncio.sleep(30)  # cancelled by the timeout
+            return [{"role": "user", "content": "more"}]
+
+    env = Slow(dataset=[{"question": w, "answer": w} for w in ("a", "b")], rubric=vf.Rubric(funcs=[lambda c: 1.0]),
+               max_turns=3)
+    args = vf.RLConfig(output_dir=str(tmp_path / "rl"), max_steps=1, batch_size=4, rollouts_per_example=2,
+                       micro_batch_size=4, max_tokens=2, save_steps=100, logging_steps=1, sample_log_interval=0,
+                       disable_tqdm=True, seed=0, generation_timeout=1.0)
+    trainer = vf.RLTrainer(str(tiny_model_dir), env, args)
+    try:
+        with pytest.raises(GenerationTimeoutError) as e:
+            trainer.train()
+    finally:
+        trainer.close()
+    assert isinstance(e.value, TrainingStalledError)  # vf-rl's worker ends with its one line, exit 1
+    assert str(e.value) == ("generation_timeout: 2 groups of 2 rollouts took longer than 1 s; raise "
+                            "trainer.args.generation_timeout, or make the environment's turns (max_turns, tools, "
+                            "env_response) or max_tokens shorter")
+
+
 def test_a_step_with_tokens_resets_the_count():
     from types import SimpleNamespace
 

@@ -70,6 +70,10 @@ class TrainingStalledError(RuntimeError):
     the setting to change. Ends a vf-rl run with that one line."""
 
 
+class GenerationTimeoutError(TrainingStalledError):
+    """A step's rollouts took longer than ``generation_timeout``: one line naming the setting (not a traceback)."""
+
+
 class ConfigError(ValueError):
     """A config mistake: its message is one line naming the key and the fix."""
 

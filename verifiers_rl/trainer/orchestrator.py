@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from verifiers_rl.errors import GenerationTimeoutError
 from verifiers_rl.trainer.buffer import BufferConfig, DifficultyBuffer
 from verifiers_rl.envs.rollouts import agents_per_rollout, generate_states
 from verifiers_rl.trainer.data_order import DataOrder
@@ -92,11 +93,17 @@ class Orchestrator:
     # --- generation ---------------------------------------------------------------------------------
     async def _rollouts(self, indices: list[int], version: int = 0) -> list[list[dict[str, Any]]]:
         rows = self.dataset.select(indices).to_list()
-        states = await asyncio.wait_for(
-            generate_states(self.env, rows, self.client, self.model_name(), salted(self.sampling_args, version),
-                              rollouts_per_example=self.rollouts_per_example, max_concurrent=self.max_concurrent,
-                              max_seq_len=self.max_seq_len),
-            timeout=self.generation_timeout)
+        try:
+            states = await asyncio.wait_for(
+                generate_states(self.env, rows, self.client, self.model_name(), salted(self.sampling_args, version),
+                                rollouts_per_example=self.rollouts_per_example, max_concurrent=self.max_concurrent,
+                                max_seq_len=self.max_seq_len),
+                timeout=self.generation_timeout)
+        except TimeoutError:  # asyncio's: the step's rollouts as a whole, not one request
+            raise GenerationTimeoutError(
+                f"generation_timeout: {len(rows)} groups of {self.rollouts_per_example} rollouts took longer than "
+                f"{self.generation_timeout:g} s; raise trainer.args.generation_timeout, or make the environment's "
+                "turns (max_turns, tools, env_response) or max_tokens shorter") from None
         r = self.rollouts_per_example
         return [states[i:i + r] for i in range(0, len(states), r)]
 
