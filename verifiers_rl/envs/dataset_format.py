@@ -25,6 +25,12 @@ def with_example_id(row: dict, index: int) -> dict:
     return {**row, "example_id": row.get("example_id", index)}
 
 
+def without_training_rows(env: Any) -> bool:
+    """An environment built with no training dataset (an eval_dataset only, ours or verifiers' classic one):
+    `get_dataset()` would raise; the trainer says so first, naming the environment."""
+    return getattr(env, "dataset", False) is None and getattr(env, "dataset_source", None) is None
+
+
 def rows_dataset(rows: list[dict], columns: tuple[str, ...]) -> Any:
     """Row dicts as a Dataset of `columns`; with no rows still a Dataset with those columns (it formats)."""
     from datasets import Dataset

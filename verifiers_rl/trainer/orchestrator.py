@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from verifiers_rl.envs.dataset_format import without_training_rows
 from verifiers_rl.errors import GenerationTimeoutError
 from verifiers_rl.trainer.buffer import BufferConfig, DifficultyBuffer
 from verifiers_rl.envs.rollouts import agents_per_rollout, generate_states
@@ -68,6 +69,10 @@ class Orchestrator:
         self.sampling_args = sampling_args
         self.rollouts_per_example = rollouts_per_example
         self.max_concurrent = max_concurrent
+        if without_training_rows(env):
+            raise ValueError(f"environment {getattr(env, 'env_id', None) or type(env).__name__!r} has no training "
+                             "dataset (it was given an eval_dataset only): give it a dataset to train on, and "
+                             "evaluate it with eval_envs")
         self.dataset = env.get_dataset()
         # a multi-agent environment's rollout is one state per agent (envs.rollouts.per_agent): fewer examples
         agents = agents_per_rollout(env)
