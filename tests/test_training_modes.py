@@ -240,6 +240,17 @@ def test_opd_teacher_with_another_vocabulary_is_one_line_before_launch_and_at_th
     assert teacher_problem(cfg) is None
 
 
+def test_a_missing_teacher_model_is_named_as_the_teacher_before_launch(tiny_model_dir, tmp_path):
+    missing = tmp_path / "no-such-teacher"
+    cfg = validate_run_config({**_raw(training_mode="sft", teacher={"model": str(missing)}),
+                               "model": str(tiny_model_dir)})
+    assert teacher_problem(cfg) == (f"teacher.model {str(missing)!r}: no such directory (a hub id is 'name' or "
+                                    "'owner/name')")
+    built = validate_run_config({**_raw(training_mode="opd", teacher={"model": "outputs/tiny-model"}),
+                                 "tiny_model": {}})  # the launch builds it: not checked before
+    assert teacher_problem(built) is None
+
+
 def test_an_unreachable_teacher_server_is_one_line_before_launch_and_at_the_trainer(tiny_model_dir, tmp_path):
     import socket
 

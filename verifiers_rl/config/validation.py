@@ -135,8 +135,9 @@ def _check_mode(cfg: RunConfig) -> None:
 
 
 def teacher_problem(cfg: RunConfig) -> str | None:
-    """Before launch: the teacher server answers, and an opd teacher loaded in-process has the policy's
-    vocabulary (when both are model dirs already on disk). One line, or None."""
+    """Before launch: the teacher server answers; a teacher loaded in-process exists (a dir, or a hub id the hub
+    or its cache has), and an opd one has the policy's vocabulary (when both are model dirs already on disk). One
+    line, or None."""
     import os
 
     m = mode_settings(cfg)
@@ -148,6 +149,15 @@ def teacher_problem(cfg: RunConfig) -> str | None:
 
         problem = check_server(url)
         return f"teacher.url: {problem}" if problem else None
+    built = {str(s) for s in (cfg.tiny_model and cfg.tiny_model.path, cfg.warmup and cfg.warmup.output_dir) if s}
+    if model is not None and str(model) not in built:  # a model the launch builds is not there yet
+        from verifiers_rl.errors import ModelNotFoundError, NetworkError
+        from verifiers_rl.network import check_model_reachable
+
+        try:
+            check_model_reachable(str(model))
+        except (ModelNotFoundError, NetworkError) as e:
+            return f"teacher.{e}"  # "model '<name>': ..." as the policy's, named as the config spells it
     if mode != "opd" or not (cfg.model and model and os.path.isdir(cfg.model) and os.path.isdir(model)):
         return None  # a policy built at launch (tiny model, warm-up) is checked when the trainer loads the teacher
     from transformers import AutoTokenizer
