@@ -14,7 +14,8 @@ STALL_STEPS = 3
 # cause → what to change
 _FIX = {
     "dropped": "the environment dropped every rollout (verifiers' Trace.drop()): check its drop rule",
-    "prompt_too_long": "raise max_prompt_len (unset, it is max_seq_len - max_tokens) or shorten the prompts",
+    "prompt_too_long": "raise max_prompt_len (unset, it is max_seq_len - max_tokens; with max_tokens None, "
+                       "max_seq_len // 2 up to 512) or shorten the prompts",
     "errored": "fix the environment (the rollouts' `error` is in the eval/trainer logs) or the server",
     "truncated": "raise max_tokens / max_seq_len, or set mask_truncated_completions=false",
     "empty_completion": "the model returned no tokens: check max_tokens and the inference server",
