@@ -349,3 +349,16 @@ def test_marked_handlers_get_the_objects_they_name_every_call_and_made_ones_are_
         del made
     gc.collect()
     assert len(decorators._PARAMS[False]) == before
+
+
+def test_an_env_without_an_eval_dataset_says_it_falls_back_once(caplog):
+    """Every validation asks for the eval split: the fallback to the training rows is said once per environment."""
+    import logging
+
+    env = vf.SingleTurnEnv(dataset=[{"question": "a", "answer": "a"}, {"question": "b", "answer": "b"}],
+                           rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert len(env.get_eval_dataset(n=2)) == 2
+    said = [r for r in caplog.records if "falling back to train dataset" in r.getMessage()]
+    assert len(said) == 1

@@ -139,7 +139,9 @@ class DatasetFormatting:
     def get_eval_dataset(self, n: int = -1, seed: int | None = None) -> Any:
         self.build_eval_dataset()
         if self.eval_dataset is None:
-            self.logger.warning("eval_dataset is not set, falling back to train dataset")
+            if not getattr(self, "_said_no_eval", False):  # once per environment, not at every validation
+                self.logger.warning("eval_dataset is not set, falling back to train dataset")
+                self._said_no_eval = True
             return self.get_dataset(n, seed)
         if seed is not None:
             self.eval_dataset = self.eval_dataset.shuffle(seed=seed)
