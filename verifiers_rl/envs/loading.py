@@ -268,7 +268,8 @@ def _not_found(env_id: str) -> EnvironmentNotFound:
             f"{', '.join(EXAMPLES_OWNER + '/' + n.replace('_', '-') for n in _example_dirs()) or '(none)'}")
     return EnvironmentNotFound(
         f"environment {env_id!r} not found: no module {name!r} is installed, no environments/{name}/ exists here "
-        f"and no example of that name ships with verifiers-rl. Available: {', '.join(avail) if avail else '(none)'}")
+        f"and no example of that name ships with verifiers-rl (a folder of your own: [env] path = DIR in vf-rl, "
+        f"--env-path DIR in vf-eval). Available: {', '.join(avail) if avail else '(none)'}")
 
 
 def import_env_module(env_id: str) -> Any:
