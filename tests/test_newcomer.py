@@ -183,6 +183,37 @@ def test_an_environment_with_only_an_eval_dataset_is_one_line_before_training(ti
     assert env.get_eval_dataset() is not None  # what it has still evaluates
 
 
+def test_an_sft_step_filtered_out_by_min_reward_is_said_not_stopped():
+    """training_mode sft with sft_min_reward: a step whose teacher rollouts all scored below it trains nothing and
+    says so (its loss 0 is not a loss), without counting towards the three-in-a-row stop (a rarely passing teacher
+    leaves such steps by chance); a run that never trained anything still fails."""
+    from types import SimpleNamespace
+
+    from verifiers_rl.errors import TrainingStalledError
+    from verifiers_rl.trainer.empty_steps import EmptyStepWatch, diagnose
+
+    args = SimpleNamespace(max_prompt_len=None, mask_truncated_completions=False, training_mode="sft",
+                           sft_min_reward=0.5)
+    low = [{"reward": 0.25, "trajectory": []}] * 4
+    assert diagnose(low, args) == ("below_min_reward: 4 of 4 rollouts filtered out (training_mode='sft', reward < "
+                                   "sft_min_reward); the teacher's rollouts scored below sft_min_reward ([teacher] "
+                                   "min_reward): lower it, or give the teacher easier examples")
+    warned: list[str] = []
+    watch = EmptyStepWatch(limit=2)
+    for step in (1, 2, 3):
+        watch.check(step, low, args, warned.append)
+    assert len(warned) == 3 and warned[2].startswith("step 3 trained nothing: below_min_reward: 4 of 4")
+    with pytest.raises(TrainingStalledError, match=r"^no step of 3 trained anything: below_min_reward"):
+        watch.finish()
+    errored = [{"reward": 0.25, "trajectory": []}, {"error": ValueError("x"), "trajectory": []}]
+    with pytest.raises(TrainingStalledError):  # another cause in the step: counted as before
+        for step in (1, 2):
+            EmptyStepWatch(limit=1).check(step, errored, args, warned.append)
+    assert diagnose(low, SimpleNamespace(**{**vars(args), "training_mode": "rl"})) == (
+        "empty_completion: 4 of 4 rollouts had no completion tokens; the model returned no tokens: check max_tokens "
+        "and the inference server")  # the floor is sft's only
+
+
 def test_a_step_with_tokens_resets_the_count():
     from types import SimpleNamespace
 

@@ -1,6 +1,6 @@
 """Steps that train nothing: every rollout dropped or errored, or no loss token left. Each one is a console warning
 naming the cause and the setting to change; STALL_STEPS of them in a row end the run (a notebook run silently
-printing `loss 0` for hundreds of steps is what this prevents)."""
+printing `loss 0` for hundreds of steps is what this prevents), except steps sft_min_reward filtered out."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ _FIX = {
     "truncated": "raise max_tokens / max_seq_len, or set mask_truncated_completions=false",
     "empty_completion": "the model returned no tokens: check max_tokens and the inference server",
     "context_full": "raise max_seq_len (a tool schema or system prompt counts) or shorten the prompts",
+    "below_min_reward": "the teacher's rollouts scored below sft_min_reward ([teacher] min_reward): lower it, or "
+                        "give the teacher easier examples",
 }
 _WHAT = {
     "dropped": "dropped by the environment",
@@ -28,23 +30,33 @@ _WHAT = {
     "truncated": "truncated and masked (mask_truncated_completions)",
     "empty_completion": "had no completion tokens",
     "context_full": "had no room for a reply (the prompt fills max_seq_len)",
+    "below_min_reward": "filtered out (training_mode='sft', reward < sft_min_reward)",
 }
+# a step whose rollouts were all filtered by sft_min_reward is warned of, not counted towards the stop: a teacher
+# that passes rarely leaves such steps in a row by chance
+_NOT_A_STALL = {"below_min_reward"}
 
 
 def _cause(state: dict[str, Any], args: Any) -> str | None:
     """Why this rollout carries no loss token (batching.drop_reason, or no completion tokens at all), or None."""
     from verifiers_rl.evaluation import completion_length
+    from verifiers_rl.rewards import reward_of
     from verifiers_rl.trainer.batching import drop_reason
 
     why = drop_reason(state, args.max_prompt_len, args.mask_truncated_completions)
-    if why or completion_length(state):
+    if why:
         return why
+    floor = getattr(args, "sft_min_reward", None) if getattr(args, "training_mode", "rl") == "sft" else None
+    if floor is not None and reward_of(state) < floor:
+        return "below_min_reward"
+    if completion_length(state):
+        return None
     # verifiers' flag: the context was full before the model could reply
     return "context_full" if state.get("prompt_too_long") else "empty_completion"
 
 
-def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
-    """One line saying why this step's rollouts carry no loss token, or None when at least one does."""
+def step_causes(states: list[dict[str, Any]], args: Any) -> Counter[str] | None:
+    """Why each of this step's rollouts carries no loss token, counted by cause; None when at least one does."""
     if not states:
         return None
     causes: Counter[str] = Counter()
@@ -53,6 +65,14 @@ def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
         if c is None:
             return None
         causes[c] += 1
+    return causes
+
+
+def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
+    """One line saying why this step's rollouts carry no loss token, or None when at least one does."""
+    causes = step_causes(states, args)
+    if causes is None:
+        return None
     n = len(states)
     parts = []
     for cause, k in causes.most_common():
@@ -89,6 +109,9 @@ class EmptyStepWatch:
             self.trained += 1
             return
         self.last_why = why
+        if set(step_causes(states or [], args) or ()) <= _NOT_A_STALL:
+            warn(f"step {step} trained nothing: {why}")
+            return
         self.in_a_row += 1
         if self.in_a_row >= self.limit:
             raise TrainingStalledError(f"stopped at step {step}: {self.limit} steps in a row trained nothing: {why}")
