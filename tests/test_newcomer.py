@@ -214,6 +214,13 @@ def test_an_sft_step_filtered_out_by_min_reward_is_said_not_stopped():
         "and the inference server")  # the floor is sft's only
 
 
+def test_a_warning_naming_a_config_table_prints_it(capsys):
+    from verifiers_rl.trainer.callbacks import _warn
+
+    _warn("lower [teacher] min_reward")  # rich would take [teacher] for a style
+    assert "warning: lower [teacher] min_reward" in capsys.readouterr().out
+
+
 def test_a_step_with_tokens_resets_the_count():
     from types import SimpleNamespace
 

@@ -82,8 +82,10 @@ class ConsoleCallback(TrainerCallback):
 
 def _warn(message: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
-    Console().print(f"[bold yellow]warning:[/] {message}", soft_wrap=True, highlight=False)
+    # the message may name config tables ([teacher] min_reward): text, not markup
+    Console().print(f"[bold yellow]warning:[/] {escape(message)}", soft_wrap=True, highlight=False)
 
 
 class RLControlCallback(TrainerCallback):
