@@ -71,8 +71,11 @@ def step_causes(states: list[dict[str, Any]], args: Any) -> Counter[str] | None:
 def diagnose(states: list[dict[str, Any]], args: Any) -> str | None:
     """One line saying why this step's rollouts carry no loss token, or None when at least one does."""
     causes = step_causes(states, args)
-    if causes is None:
-        return None
+    return None if causes is None else describe(causes, states, args)
+
+
+def describe(causes: Counter[str], states: list[dict[str, Any]], args: Any) -> str:
+    """`step_causes`' count as one line: each cause, how many rollouts, a detail, and what to change."""
     n = len(states)
     parts = []
     for cause, k in causes.most_common():
@@ -102,14 +105,14 @@ class EmptyStepWatch:
         self.last_why: str | None = None
 
     def check(self, step: int, states: list[dict[str, Any]] | None, args: Any, warn: Any) -> None:
-        why = diagnose(states or [], args)
+        causes = step_causes(states or [], args)
         self.steps += 1
-        if why is None:
+        if causes is None:
             self.in_a_row = 0
             self.trained += 1
             return
-        self.last_why = why
-        if set(step_causes(states or [], args) or ()) <= _NOT_A_STALL:
+        why = self.last_why = describe(causes, states or [], args)
+        if set(causes) <= _NOT_A_STALL:
             warn(f"step {step} trained nothing: {why}")
             return
         self.in_a_row += 1
