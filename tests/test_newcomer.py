@@ -97,6 +97,21 @@ def test_a_step_that_trains_nothing_warns_and_three_in_a_row_stop_the_run(tiny_m
     assert "warning: step 2 trained nothing" in out and trainer.state.global_step == 3
 
 
+def _train_raises(error: type, model_dir, env, tmp_path, **settings) -> pytest.ExceptionInfo:
+    """A small run of `env` that must end in `error` (the trainer closed either way)."""
+    import verifiers_rl as vf
+
+    args = vf.RLConfig(output_dir=str(tmp_path / "rl"), batch_size=4, rollouts_per_example=2, micro_batch_size=4,
+                       save_steps=100, logging_steps=1, sample_log_interval=0, disable_tqdm=True, seed=0, **settings)
+    trainer = vf.RLTrainer(str(model_dir), env, args)
+    try:
+        with pytest.raises(error) as e:
+            trainer.train()
+    finally:
+        trainer.close()
+    return e
+
+
 def test_a_run_whose_every_step_errored_is_a_failure_not_a_success(tiny_model_dir, tmp_path):
     """Two steps (below the three-in-a-row stop) whose rollouts all errored: train() raises, naming how many
     errored and the first error's last line (vf-rl turns it into exit code 1)."""
@@ -108,15 +123,7 @@ def test_a_run_whose_every_step_errored_is_a_failure_not_a_success(tiny_model_di
             raise RuntimeError("while calling the tool server\nConnectionRefusedError: tool server is down")
 
     env = Broken(dataset=[{"question": w, "answer": w} for w in ("a", "b")], rubric=vf.Rubric(funcs=[lambda c: 1.0]))
-    args = vf.RLConfig(output_dir=str(tmp_path / "rl"), max_steps=2, batch_size=4, rollouts_per_example=2,
-                       micro_batch_size=4, max_tokens=4, save_steps=100, logging_steps=1, sample_log_interval=0,
-                       disable_tqdm=True, seed=0)
-    trainer = vf.RLTrainer(str(tiny_model_dir), env, args)
-    try:
-        with pytest.raises(TrainingStalledError) as e:
-            trainer.train()
-    finally:
-        trainer.close()
+    e = _train_raises(TrainingStalledError, tiny_model_dir, env, tmp_path, max_steps=2, max_tokens=4)
     assert str(e.value).startswith("no step of 2 trained anything: errored: 4 of 4 rollouts errored (first: "
                                    "ConnectionRefusedError: tool server is down)"), str(e.value)
     assert "\n" not in str(e.value)
@@ -137,15 +144,8 @@ def test_a_step_past_generation_timeout_is_one_line_naming_the_setting(tiny_mode
 
     env = Slow(dataset=[{"question": w, "answer": w} for w in ("a", "b")], rubric=vf.Rubric(funcs=[lambda c: 1.0]),
                max_turns=3)
-    args = vf.RLConfig(output_dir=str(tmp_path / "rl"), max_steps=1, batch_size=4, rollouts_per_example=2,
-                       micro_batch_size=4, max_tokens=2, save_steps=100, logging_steps=1, sample_log_interval=0,
-                       disable_tqdm=True, seed=0, generation_timeout=1.0)
-    trainer = vf.RLTrainer(str(tiny_model_dir), env, args)
-    try:
-        with pytest.raises(GenerationTimeoutError) as e:
-            trainer.train()
-    finally:
-        trainer.close()
+    e = _train_raises(GenerationTimeoutError, tiny_model_dir, env, tmp_path, max_steps=1, max_tokens=2,
+                      generation_timeout=1.0)
     assert isinstance(e.value, TrainingStalledError)  # vf-rl's worker ends with its one line, exit 1
     assert str(e.value) == ("generation_timeout: 2 groups of 2 rollouts took longer than 1 s; raise "
                             "trainer.args.generation_timeout, or make the environment's turns (max_turns, tools, "
