@@ -76,6 +76,13 @@ def test_grpo_config_checks_its_value_in_one_line():
     assert str(e.value) == "advantage.scale_rewards='std' is not one of none, group, batch"
 
 
+def test_grpo_takes_trls_bool_scale_rewards(tmp_path):
+    # TRL's GRPOConfig took scale_rewards=True / False before its strings; True is its per-group std
+    assert GRPOAdvantageConfig(scale_rewards=True).scale_rewards == "group"
+    assert GRPOAdvantageConfig(scale_rewards=False).scale_rewards == "none"
+    assert resolve_advantage(config(tmp_path, advantage={"scale_rewards": True}))[1].scale_rewards == "group"
+
+
 # --- the config surface -----------------------------------------------------------------------------------------------
 
 

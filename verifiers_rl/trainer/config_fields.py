@@ -166,7 +166,7 @@ class RLFields(CheckpointSettings):
                 "vespo; opd and sft for those modes; None: the mode's own) and "
                 "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}, {kl_tau = 0.001, beta = 0.04} (the "
                 "default loss's mask_ratio_low, mask_ratio_high, kl_tau, beta). docs/training.md#choosing-a-loss"})
-    scale_rewards: str | None = _deprecated("scale_rewards")
+    scale_rewards: str | bool | None = _deprecated("scale_rewards")  # TRL: true / false = group / none
     advantage: dict[str, Any] | None = field(default=None, metadata={
         "help": "The advantage estimator: a table with 'type' (grpo, rloo, max_rl; None: grpo) and its keys, e.g. "
                 "{type = 'rloo'}, {scale_rewards = 'group'} (grpo: none, group or batch), "

@@ -17,8 +17,9 @@ SCALE_REWARDS_CHOICES = ("none", "group", "batch")
 
 @dataclass
 class GRPOAdvantageConfig:
-    scale_rewards: str = field(default="none", metadata={
-        "help": "Divide advantages by the reward std: 'none', 'group' or 'batch' (std + 1e-4)."})
+    scale_rewards: str | bool = field(default="none", metadata={
+        "help": "Divide advantages by the reward std: 'none', 'group' or 'batch' (std + 1e-4); TRL's true / false "
+                "mean 'group' / 'none'."})
     length_penalty: LengthPenaltyConfig | None = field(default=None, metadata={
         "help": "prime-rl's length penalty, a table of num_output_tokens_weight (0.25), num_input_tokens_weight "
                 "(0.1), num_turns_weight (0.1): each reward less pass rate x the weighted shares of the group's "
@@ -26,6 +27,8 @@ class GRPOAdvantageConfig:
 
     def __post_init__(self) -> None:
         self.length_penalty = length_penalty_config(self.length_penalty)
+        if isinstance(self.scale_rewards, bool):  # TRL's older bool spelling
+            self.scale_rewards = "group" if self.scale_rewards else "none"
         if self.scale_rewards not in SCALE_REWARDS_CHOICES:
             raise SettingError("advantage", f"advantage.scale_rewards={self.scale_rewards!r} is not one of "
                                             f"{', '.join(SCALE_REWARDS_CHOICES)}")
