@@ -308,3 +308,13 @@ def test_checkpoints_come_at_the_interval_or_at_the_end_only(tmp_path):
     assert translated(tmp_path, alone)["trainer"]["args"]["save_steps"] == 30
     assert translated(tmp_path, alone.replace("keep_last = 2", "interval = 10"))["trainer"]["args"][
         "save_steps"] == 10
+
+
+def test_activation_checkpointing_turns_on_gradient_checkpointing(tmp_path, capsys):
+    assert "gradient_checkpointing" not in translated(tmp_path, ONE_SEAT)["trainer"]["args"]
+    ac = ONE_SEAT.replace("[trainer.model.lora]", "[trainer.model.ac]\nfreq = 1\n\n[trainer.model.lora]")
+    assert translated(tmp_path, ac)["trainer"]["args"]["gradient_checkpointing"] is True
+    assert "trainer.model.ac" not in capsys.readouterr().err
+    every_other = ac.replace("freq = 1", "freq = 2")
+    assert translated(tmp_path, every_other)["trainer"]["args"]["gradient_checkpointing"] is True
+    assert "trainer.model.ac: this trainer checkpoints every layer whole" in capsys.readouterr().err

@@ -310,7 +310,21 @@ def _optim(r: _Reader, o: _Out) -> None:
     _rest("trainer.scheduler", sched)
 
 
+def _activation_checkpointing(r: _Reader, o: _Out) -> None:
+    ac = r.take("trainer.model.ac")
+    if ac is None:
+        return
+    if not isinstance(ac, dict):
+        raise ConfigError(f"trainer.model.ac: must be a table, got {ac!r}")
+    o.arg("gradient_checkpointing", True, "trainer.model.ac")
+    if ac.get("mode", "full") != "full" or ac.get("freq", 1) != 1:
+        _warn("trainer.model.ac: this trainer checkpoints every layer whole (transformers' gradient_checkpointing); "
+              "mode and freq are not applied")
+    _rest("trainer.model.ac", ac, allowed=("mode", "freq", "targets"))
+
+
 def _lora(r: _Reader, o: _Out) -> None:
+    _activation_checkpointing(r, o)
     lora = r.take("trainer.model.lora")
     o.arg("use_lora", lora is not None, "trainer.model.lora")
     if lora is None:

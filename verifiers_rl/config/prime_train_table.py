@@ -80,6 +80,8 @@ RULES: list[Rule] = [
          "and decay_steps not supported yet"),
     Rule("trainer.model.lora", "trainer.args.use_lora and lora_*", "rank → lora_rank (prime-rl's default 16), "
          "alpha, dropout, target_modules, modules_to_save as is; no table: full fine-tuning (use_lora = false)"),
+    Rule("trainer.model.ac", "trainer.args.gradient_checkpointing", "a table: on, every layer whole (mode and "
+         "freq not applied); none: vf-rl's default, off"),
     Rule("orchestrator.eval", "[eval]", "interval, num_examples, group_size → rollouts_per_example, "
          "skip_first_step → before = not it, sampling.temperature; `source` as train sources; after = false"),
     Rule("monitors.wandb", "trainer.args.wandb", "project, entity, name, group, tags, offline as is"),
