@@ -740,6 +740,14 @@ HOSTED_EXPECTED["multi-env"] = (MULTI_ENV, {
     "model": M, "env": [{"id": "primeintellect/alphabet-sort", "args": {}},
                         {"id": "primeintellect/reverse-text", "args": {}}],
     "trainer": {"args": shape(100, 128, 8, 8, 2048)}})
+# verifiers' own configs/rl/qwen.toml and gpt-oss.toml (retired format): the chat template's switches in [sampling]
+for _name, _key, _value in (("thinking-off", "enable_thinking", "false"), ("effort", "reasoning_effort", '"low"')):
+    HOSTED_EXPECTED[_name] = (f'model = "{M}"\nmax_steps = 100\nbatch_size = 128\nrollouts_per_example = 8\n'
+                              f'[sampling]\nmax_tokens = 1024\n{_key} = {_value}\n'
+                              '[[env]]\nid = "primeintellect/reverse-text"\n', {
+        "model": M, "env": {"id": "primeintellect/reverse-text", "args": {}},
+        "trainer": {"args": shape(100, 128, 8, 8, 1024, chat_template_kwargs={
+            _key: False if _value == "false" else "low"})}})
 HOSTED_ERRORS = {
     # the doc's [buffer] example gives two ratios for its single env
     "buffer": (BUFFER, "buffer.env_ratios: [0.5, 0.5] for 1 [[env]]: give one positive ratio per [[env]]"),

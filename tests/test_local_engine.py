@@ -204,6 +204,23 @@ def test_model_generation_config_defaults_do_not_leak(tiny_model_dir, capfd):
     assert torch.allclose(torch.tensor([e.logprob for e in c.logprobs.content]), want, atol=1e-4)
 
 
+def test_chat_template_kwargs_reach_the_template(tiny_model_dir, tmp_path):
+    """RLConfig.chat_template_kwargs (TRL's name; e.g. Qwen3's enable_thinking) rides in every request and renders
+    the prompt: the template here writes a marker when enable_thinking is false."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import verifiers_rl as vf
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.chat_template = "{%- if enable_thinking is defined and not enable_thinking %}NOTHINK{%- endif %}" + \
+        tok.chat_template
+    eng = LocalEngine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tok)
+    off = vf.RLConfig(output_dir=str(tmp_path), chat_template_kwargs={"enable_thinking": False})
+    for cfg, marked in ((off, True), (vf.RLConfig(output_dir=str(tmp_path)), False)):
+        r = run(create(eng, max_tokens=2, **cfg.sampling_args()))
+        assert tok.decode(r.prompt_token_ids).startswith("NOTHINK") is marked
+
+
 # -------------------------------------------------------------------------------------------- batching
 
 

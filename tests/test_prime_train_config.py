@@ -318,3 +318,12 @@ def test_activation_checkpointing_turns_on_gradient_checkpointing(tmp_path, caps
     every_other = ac.replace("freq = 1", "freq = 2")
     assert translated(tmp_path, every_other)["trainer"]["args"]["gradient_checkpointing"] is True
     assert "trainer.model.ac: this trainer checkpoints every layer whole" in capsys.readouterr().err
+
+
+def test_chat_template_kwargs_in_extra_body_reach_the_policys_template(tmp_path):
+    thinking = ONE_SEAT.replace("temperature = 0.9", "temperature = 0.9\nextra_body = {chat_template_kwargs = "
+                                "{enable_thinking = false}}")
+    assert translated(tmp_path, thinking)["trainer"]["args"]["chat_template_kwargs"] == {"enable_thinking": False}
+    with pytest.raises(ConfigError) as e:
+        translated(tmp_path, thinking.replace("extra_body = {", "extra_body = {top_k = 20, "))
+    assert str(e.value) == "orchestrator.train.sampling.extra_body.top_k: not supported yet by the local trainer"

@@ -40,6 +40,8 @@ RETIRED_WARNING = ("warning: this is the `prime rl` config format (a top-level m
 class HostedSampling(Section):
     max_tokens: int | None = Field(None, description="max tokens to generate per turn")
     temperature: float = Field(1.0, description="sampling temperature (>= 0; 0 samples greedily)")
+    enable_thinking: bool | None = Field(None, description="the chat template's enable_thinking (Qwen3, Nemotron)")
+    reasoning_effort: str | None = Field(None, description="the chat template's reasoning_effort (gpt-oss)")
 
 
 class HostedEnv(Section):
@@ -139,6 +141,8 @@ MAPPING: list[Rule] = [
          f"max_tokens, trainer.args.max_prompt_len = {PROMPT_BUDGET}", direct=True),
     Rule("sampling.temperature", "trainer.args.temperature", "default 1.0; >= 0 (0: greedy sampling, the trainer's "
          "log-probs at temperature 1; a group's greedy rollouts are alike, so rl learns little)", direct=True),
+    Rule("sampling.enable_thinking / reasoning_effort", "trainer.args.chat_template_kwargs", "as is, into the "
+         "policy's chat template (e.g. {enable_thinking = false})"),
     Rule("training_mode", "training_mode", "as is: 'rl' (default), 'opd' or 'sft' (docs/training-modes.md)"),
     Rule("[teacher]", "[teacher]", "`model`, `url`, `name`, `api_key_var`, `min_reward` as is (opd/sft)"),
     Rule("[[env]] (one)", "[env]", "`id`, `args`, `name` as is"),
@@ -237,6 +241,9 @@ def _put_run_args(h: HostedConfig, a: _Args) -> None:
     if h.trajectory_strategy == "branching":
         raise ConfigError("trajectory_strategy: 'branching' is not supported yet by the local trainer; it trains "
                           "each rollout's turns as one sample ('interleaved')")
+    template = {k: v for k in ("enable_thinking", "reasoning_effort") if (v := getattr(h.sampling, k)) is not None}
+    if template:
+        a.put("chat_template_kwargs", template, f"sampling.{next(iter(template))}")
     if h.sampling.max_tokens is not None:
         a.put("max_seq_len", PROMPT_BUDGET + h.sampling.max_tokens, "sampling.max_tokens")
         a.put("max_prompt_len", PROMPT_BUDGET, "sampling.max_tokens")

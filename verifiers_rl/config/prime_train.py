@@ -128,8 +128,10 @@ def _sampling(table: dict[str, Any], where: str) -> dict[str, Any]:
     for key, target in (("max_completion_tokens", "max_tokens"), ("temperature", "temperature")):
         if key in table:
             out[target] = (table.pop(key), f"{where}.{key}")
-    if table.get("extra_body", {}) == {}:
-        table.pop("extra_body", None)
+    extra = dict(table.pop("extra_body", None) or {})
+    if "chat_template_kwargs" in extra:
+        out["chat_template_kwargs"] = (extra.pop("chat_template_kwargs"), f"{where}.extra_body.chat_template_kwargs")
+    _rest(f"{where}.extra_body", extra)
     _rest(where, table)
     return out
 

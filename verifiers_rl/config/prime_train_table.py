@@ -52,6 +52,8 @@ RULES: list[Rule] = [
     Rule("orchestrator.train.sampling.max_completion_tokens", "trainer.args.max_tokens", "per turn; a source's "
          "own sampling must agree"),
     Rule("orchestrator.train.sampling.temperature", "trainer.args.temperature", "default 1.0"),
+    Rule("orchestrator.train.sampling.extra_body.chat_template_kwargs", "trainer.args.chat_template_kwargs",
+         "as is (e.g. {enable_thinking = false}); other extra_body keys are not supported yet"),
     Rule("[[orchestrator.train.source]]", "[env] (one) / [[env]] (several)", "v1: `env.taskset.id` → `id`, the "
          "rest of `env` (taskset fields, `agent`/seat harness and runtime, an Env package's `id`) → `args`; `name`, "
          "`ratio` as is. Several sources (v1 envs) in one run: not yet, one line"),

@@ -135,6 +135,11 @@ class RLFields(CheckpointSettings):
         default=1.0, metadata={"help": "Repetition penalty; only 1.0 (off) trains: the trainer's log-probs cannot "
                                        "re-apply it."})
 
+    chat_template_kwargs: dict[str, Any] | None = field(default=None, metadata={
+        "help": "Arguments for the policy's chat template when a prompt is rendered for generation (training and "
+                "eval requests), e.g. {enable_thinking = false} (Qwen3) or {reasoning_effort = 'low'} (gpt-oss); "
+                "sent as the request's chat_template_kwargs, as TRL's GRPOConfig does."})
+
     # --- Rollouts ----------------------------------------------------------------------------------------------------
     max_concurrent: int = field(default=1024, metadata={"help": "Max rollouts in flight at once."})
     max_async_level: int = field(

@@ -33,5 +33,7 @@ def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None
         max_tokens = room if max_tokens is None else min(max_tokens, room)
     if max_tokens is not None:
         args["max_tokens"] = max_tokens
+    if config.chat_template_kwargs:  # read by vLLM's and the local engine's chat endpoints
+        extra_body["chat_template_kwargs"] = dict(config.chat_template_kwargs)
     args["extra_body"] = extra_body
     return args
