@@ -200,6 +200,12 @@ def test_precision_is_decided_once_and_fp32_lora_on_a_gpu_server_is_one_line(tmp
         _plan(_resolved(path, "--trainer.args.bf16", "false", out=tmp_path / "a"), 2)
     with pytest.raises(ConfigError, match=r"^inference.args.dtype = 'float32' with LoRA on a GPU"):
         _plan(_resolved(path, "--inference.args.dtype", "float32", out=tmp_path / "b"), 2)
+    with pytest.raises(ConfigError, match=r"^inference.args.dtype unset with LoRA, the trainer on the CPU and the "
+                                          r"vLLM server on a GPU"):
+        _plan(_resolved(path, "--trainer.gpus", "0", "--inference.gpus", "1", out=tmp_path / "d"), 1)
+    served = _plan(_resolved(path, "--trainer.gpus", "0", "--inference.gpus", "1", "--inference.args.dtype",
+                             "bfloat16", out=tmp_path / "e"), 1)
+    assert served.precision == {"train": "fp32", "server_dtype": "bfloat16"} and not served.trainer_gpus
     full = _plan(_resolved(path, "--trainer.args.use-lora", "false", "--trainer.args.bf16", "false",
                            out=tmp_path / "c"), 2)
     assert full.server["args"]["dtype"] == "float32"  # full fine-tuning in fp32: vLLM serves it as sent
@@ -308,6 +314,10 @@ def _script_args(**kw):
     return SimpleNamespace(**{**base, **kw})
 
 
+# a LoRA trainer on the CPU beside a GPU server names the server's dtype (vLLM's CUDA LoRA kernels: no fp32)
+CPU_TRAINER = {"trainer": {"gpus": 0}, "inference": {"args": {"dtype": "bfloat16"}}}
+
+
 def test_vf_rl_and_a_scripts_server_share_one_layout_rule(monkeypatch):
     """vf-rl's plan lays GPUs out with plan_gpus (the same default for sharing one GPU), and the server it starts
     reads that layout from the plan: no GPU count is asked for again at server start."""
@@ -317,7 +327,7 @@ def test_vf_rl_and_a_scripts_server_share_one_layout_rule(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cases = [({}, 1), ({}, 2), ({"inference": {"gpus": [2]}, "trainer": {"gpus": [0, 1]}}, 3),
              ({"inference": {"gpus": 2}, "trainer": {"gpus": 2}}, 4), ({"inference": {"gpus": [0]},
-              "trainer": {"gpus": [0]}}, 1), ({"trainer": {"gpus": 0}}, 1), ({"inference": {"gpus": [1]}}, 3)]
+              "trainer": {"gpus": [0]}}, 1), (CPU_TRAINER, 1), ({"inference": {"gpus": [1]}}, 3)]
     for sections, visible in cases:
         cfg = _run_cfg(**sections)
         plan = plan_for(cfg, visible, lambda: True)
@@ -334,7 +344,7 @@ def test_vf_rl_and_a_scripts_server_share_one_layout_rule(monkeypatch):
         assert ("--gpu-memory-utilization" in server.command()) == plan.colocated
     # the rule's edges: a trainer on the CPU beside a server on the one GPU is not sharing it; a trainer that names
     # no GPUs (a script's) is; explicit ids on one GPU share it
-    assert not plan_for(_run_cfg(trainer={"gpus": 0}), 1, lambda: True).colocated
+    assert not plan_for(_run_cfg(**CPU_TRAINER), 1, lambda: True).colocated
     assert plan_gpus(1, None, available=1).colocated and plan_gpus([0], [0], available=1).colocated
     assert plan_for(_run_cfg(inference={"gpus": [1]}), 3, lambda: True).trainer_gpus == [2]  # after the server's
     with pytest.raises(ConfigError, match=r"^inference.gpus / trainer.gpus: inference and trainer GPUs overlap"):

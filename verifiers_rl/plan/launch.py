@@ -265,7 +265,8 @@ def _precision(plan: RunPlan, cfg: Any, args: Any) -> None:
     use_lora = bool(args.use_lora)
     try:
         precision = plan_precision(bf16=t.get("bf16"), fp16=bool(t.get("fp16", False)), use_lora=use_lora,
-                                   cuda=cuda, server_dtype=asked, vllm_server=plan.start_server)
+                                   cuda=cuda, server_dtype=asked, vllm_server=plan.start_server,
+                                   server_cuda=bool(plan.server_gpus) or cuda)
     except ValueError as e:
         raise ConfigError(str(e) if str(e).startswith("inference.") else f"trainer.args.{e}") from None
     plan.precision = precision.to_dict()

@@ -45,19 +45,26 @@ def _dtype_key(value: Any) -> str:
 
 
 def plan_precision(*, bf16: bool | None, fp16: bool = False, use_lora: bool, cuda: bool,
-                   bf16_supported: bool = True, server_dtype: Any = None, vllm_server: bool = False) -> Precision:
-    """The run's precision. `server_dtype`: the user's own vLLM --dtype, if any; `vllm_server`: a vLLM server is
-    started for this trainer. Raises ValueError (one line naming the setting) for a choice vLLM can't serve."""
+                   bf16_supported: bool = True, server_dtype: Any = None, vllm_server: bool = False,
+                   server_cuda: bool | None = None) -> Precision:
+    """The run's precision. `cuda`: the trainer's device; `server_cuda`: the started server's (None: the same);
+    `server_dtype`: the user's own vLLM --dtype, if any; `vllm_server`: a vLLM server is started for this trainer.
+    Raises ValueError (one line naming the setting) for a choice vLLM can't serve."""
     if bf16 and fp16:
         raise ValueError("bf16 and fp16: set one of them")
     if bf16 is None:
         bf16 = cuda and bf16_supported and not fp16
     train = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     dtype = _dtype_key(server_dtype) if server_dtype not in (None, "auto") else SERVER_DTYPES[train]
-    if vllm_server and cuda and use_lora and dtype not in LORA_KERNEL_DTYPES:
+    if vllm_server and (cuda if server_cuda is None else server_cuda) and use_lora and dtype not in LORA_KERNEL_DTYPES:
         if server_dtype not in (None, "auto"):
             raise ValueError(f"inference.args.dtype = {server_dtype!r} with LoRA on a GPU: vLLM's CUDA LoRA kernels "
                              "take only bfloat16 or float16; remove it (the server follows the trainer's bf16)")
+        if not cuda:
+            raise ValueError("inference.args.dtype unset with LoRA, the trainer on the CPU and the vLLM server on a "
+                             "GPU: the server would run the trainer's fp32, and vLLM's CUDA LoRA kernels take only "
+                             "bf16/fp16; set inference.args.dtype = 'bfloat16' (the server samples in bf16, the "
+                             "trainer scores in fp32) or train on a GPU")
         raise ValueError("bf16 = false with LoRA on a GPU: vLLM's CUDA LoRA kernels take only bf16/fp16 weights; "
                          "remove trainer.args.bf16 = false (bf16 is the GPU default), set fp16 = true, or use "
                          "inference.backend = 'local'")
