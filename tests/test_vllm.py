@@ -10,6 +10,7 @@ share one server per module (start-up costs 30-100 s on 2 cores); a test that ch
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 import json
 import os
 import re
@@ -564,6 +565,22 @@ def test_rl_trainer_through_vllm_with_lora_sync_and_its_checkpoint_loads(server,
         trainer.close()
     resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["policy/staleness"] for r in resumed if r.get("step") == 4 and "policy/staleness" in r] == [0]
+
+
+@pytest.mark.slow  # starts a server of its own (30-100 s here)
+@pytest.mark.vllm
+@requires_vllm
+def test_a_server_started_without_processed_logprobs_is_one_line_before_training(tiny_model_dir, tmp_path):
+    """A server run by hand with vLLM's default raw log-probs: at temperature != 1 the trainer's ratios would compare
+    its own processed log-probs with the raw ones, so the trainer refuses it before any rollout."""
+    cfg = _server_config(tiny_model_dir, tmp_path / "raw.log")
+    raw = VLLMServer(replace(cfg, args={**cfg.args, "logprobs_mode": "raw_logprobs"})).start()
+    try:
+        with pytest.raises(VLLMLaunchError, match=r"returns raw log-probs \(it was started without --logprobs-mode "
+                                                  r"processed_logprobs\).*temperature 0.7"):
+            vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path / "run", vllm_server_urls=[raw.url]))
+    finally:
+        raw.stop()
 
 
 KILLED_SERVER_RUN = """

@@ -91,7 +91,9 @@ class VLLMBackend(Inference):
 
         client = VLLMClient(urls, timeout=args.generation_timeout, server_status=status)
         try:
-            base_name = base_name or _served_base_model(client)
+            if not servers:
+                base_name = _served_base_model(client)
+                _check_logprobs_mode(client, base_name, args)
             sync_dir, own = _sync_dir(cfg, args)
             syncer = _syncer(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
             # Bring the servers to the policy now: a policy resumed from an adapter (non-zero B) or changed in
@@ -224,6 +226,28 @@ def _served_base_model(client: VLLMClient) -> str:
     if not models:
         raise VLLMLaunchError(f"vLLM server {client.roots[0]} serves no base model")
     return str(models[0]["id"])
+
+
+def _check_logprobs_mode(client: VLLMClient, model: str, args: Any) -> None:
+    """A server started without `--logprobs-mode processed_logprobs` reports the model's raw log-probs, not those of
+    the distribution it sampled: with temperature != 1 or truncation, every importance ratio would be off. Asked to
+    sample with top_k = 1, a processed-log-probs server gives its one token log-prob 0."""
+    from verifiers_rl.plan.sampling import truncation_of
+
+    t = args.temperature
+    if t <= 0 or (t == 1.0 and not truncation_of(t, args.top_k, args.top_p, args.min_p).active):
+        return  # raw and processed log-probs are the same distribution
+    probe = {"model": model, "prompt": "The", "max_tokens": 1, "temperature": 1.0, "top_k": 1, "logprobs": 1}
+    for idx, root in enumerate(client.roots):
+        try:
+            lp = client.post(idx, "/v1/completions", probe, what="logprobs check", timeout=60.0, retries=0)[
+                "choices"][0]["logprobs"]["token_logprobs"][0]
+        except Exception:  # noqa: BLE001 - not a check to fail a run on: the server's errors come with its requests
+            continue
+        if lp < -1e-3:
+            raise VLLMLaunchError(f"vLLM server {root} returns raw log-probs (it was started without --logprobs-mode "
+                                  f"processed_logprobs): the trainer's importance ratios at temperature {t:g} would "
+                                  "be off; restart it with that flag (docs/vllm.md)")
 
 
 def _sync_dir(cfg: VLLMServerConfig, args: Any) -> tuple[Path, bool]:
