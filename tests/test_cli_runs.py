@@ -120,10 +120,16 @@ def test_reused_output_dir_is_refused_resumed_or_cleaned(first_run, workspace):
                         r"checkpoints?\); pass --clean-output-dir to clear it, --trainer.args.resume-from-checkpoint "
                         r"true to continue it, or another --output-dir\n", refused.stderr), refused.stderr
     out = workspace / "outputs" / "reused"
-    resumed = vf(workspace, *args, "--trainer.args.resume-from-checkpoint", "true", timeout=300)
+    resumed = vf(workspace, *tiny(workspace, "reused", 3), "--eval.num-examples", "8",
+                 "--trainer.args.resume-from-checkpoint", "true", timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [rec["step"] for rec in records]
     assert steps[-1] == 3 and steps.count(3) >= 1 and 1 in steps  # appended: the same run, continued
+    # the before-RL eval is the first run's: the resumed policy is not evaluated as "before"
+    assert "held-out eval before RL: not run again on resume" in resumed.stdout
+    assert [rec["step"] for rec in records if rec.get("eval/when") == "before"] == [0]
+    assert [rec["step"] for rec in records if rec.get("eval/when") == "after"] == [2, 3]
     cleaned = vf(workspace, *tiny(workspace, "reused", 1), "--no-eval", "--clean-output-dir", timeout=300)
     assert cleaned.returncode == 0, cleaned.stdout[-2000:] + cleaned.stderr[-2000:]
     assert "--clean-output-dir: cleared outputs/reused" in cleaned.stdout

@@ -115,7 +115,7 @@ class EvalSection(Section):
     num_examples: int = Field(256, description="eval prompts per env (-1: the whole eval split)")
     rollouts_per_example: int = Field(1, description="rollouts per eval prompt")
     temperature: float | None = Field(None, description="default: the training temperature")
-    before: bool = Field(True, description="evaluate the starting policy before RL")
+    before: bool = Field(True, description="evaluate the starting policy before RL (a resumed run does not again)")
     after: bool = Field(True, description="evaluate the trained policy after RL (with the paired gain)")
     interval: int | None = Field(None, description="also evaluate every N training steps (None: never)")
     env: list[EvalEnvSection] = Field(default_factory=list, description="[[eval.env]] eval environments; "

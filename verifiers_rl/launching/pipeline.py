@@ -292,7 +292,9 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     result: dict[str, Any] = {"model": model, "output_dir": args.output_dir}
     ev = cfg.eval
     before: dict[str, list[dict[str, Any]]] = {}
-    if ev is not None and ev.before:
+    if ev is not None and ev.before and args.resume_from_checkpoint not in (None, False):
+        console.print("held-out eval before RL: not run again on resume (the first run's is in metrics.jsonl)")
+    elif ev is not None and ev.before:
         before = _eval_before(trainer, evals, sampling, console, result)
     t_rl = time.perf_counter()
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
