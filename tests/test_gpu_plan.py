@@ -314,6 +314,15 @@ def _script_args(**kw):
     return SimpleNamespace(**{**base, **kw})
 
 
+def test_a_started_server_with_no_gpu_of_its_own_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    path = REPO / "configs/vf-rl/reverse-text.toml"
+    with pytest.raises(ConfigError, match=r"^inference.gpus = 0: the vLLM server started for this run needs a GPU "):
+        _plan(_resolved(path, "--inference.gpus", "0", out=tmp_path / "a"), 2)
+    local = _plan(_resolved(path, "--inference.gpus", "0", "--inference.backend", "local", out=tmp_path / "b"), 2)
+    assert local.inference.backend == "local" and not local.server_gpus
+
+
 # a LoRA trainer on the CPU beside a GPU server names the server's dtype (vLLM's CUDA LoRA kernels: no fp32)
 CPU_TRAINER = {"trainer": {"gpus": 0}, "inference": {"args": {"dtype": "bfloat16"}}}
 

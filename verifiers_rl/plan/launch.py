@@ -218,6 +218,10 @@ def _gpu_plan(cfg: Any, args: Any, gpus_visible: int, backend: str, server_urls:
         key = "inference.colocate" if colocate else "inference.gpus / trainer.gpus"
         raise ConfigError(f"{key}: {e}") from None
     server_ids, trainer_ids, colocated = list(layout.inference), list(layout.trainer), layout.colocated
+    if start_server and not server_ids:
+        raise ConfigError("inference.gpus = 0: the vLLM server started for this run needs a GPU of its own here; "
+                          "give it one (inference.gpus = 1), or set inference.backend = 'local' (generation in the "
+                          "trainer's process)")
     _check_visible(cfg, n_inf, n_tr, server_ids, trainer_ids, start_server, colocated, gpus_visible)
     _describe(cfg, lines, server_ids, trainer_ids, start_server, colocated)
     inference = _inference(cfg, args, backend, urls, cuda=bool(trainer_ids), colocated=colocated)
