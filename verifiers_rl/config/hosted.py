@@ -19,6 +19,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field, ValidationError
 
 from verifiers_rl.config import prime_train
+from verifiers_rl.config.prime_sft import is_prime_sft
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import Section, TeacherSection, one_line
 
@@ -177,6 +178,9 @@ def is_hosted(raw: dict[str, Any]) -> bool:
     the `prime rl` format with vf-rl's."""
     if prime_train.is_prime_train(raw):
         return True
+    if is_prime_sft(raw):
+        raise ConfigError("model: a table, without [orchestrator]: this is prime-rl's SFT config, which vf-sft trains "
+                          "(vf-sft @ the same file); vf-rl trains RL")
     hosted_keys = [k for k in HOSTED_ONLY_KEYS if k in raw]
     env = raw.get("env")
     hosted_env = isinstance(env, list) and all(isinstance(e, dict) and "ratio" not in e for e in env)

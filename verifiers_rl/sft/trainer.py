@@ -24,6 +24,11 @@ class SFTSettings(BaseModel):
     learning_rate: float = 2e-5
     batch_size: int = 8
     lr_scheduler_type: str = "cosine"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
     max_length: int = 1024
     use_lora: bool = False
     lora_rank: int = 8
@@ -113,7 +118,9 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
         output_dir=str(out), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
         per_device_train_batch_size=settings.batch_size // world, lr_scheduler_type=settings.lr_scheduler_type,
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
-        seed=settings.seed, max_length=settings.max_length,
+        seed=settings.seed, max_length=settings.max_length, warmup_steps=settings.warmup_steps,
+        weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, adam_beta1=settings.adam_beta1,
+        adam_beta2=settings.adam_beta2,
         # TRL defaults to bf16 and gradient checkpointing even on CPU: off unless asked for.
         bf16=settings.bf16, **{ckpt: settings.gradient_checkpointing}, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, packing=settings.packing,
