@@ -203,3 +203,16 @@ def test_an_eval_whose_prompts_fill_the_context_says_so_and_fails(tmp_path, monk
     assert code == 1, stderr[-2000:]
     assert ("error: 2 of 2 rollouts had no room for a reply (the prompt fills the model's context)"
             in " ".join(stderr.split()))
+
+
+def test_an_eval_config_with_two_environments_evaluates_each(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """verifiers' `prime eval run` config shape: top-level defaults, one [[eval]] per environment, each written to
+    its own file under -o (tests/test_eval_config.py: the parsing)."""
+    config = tmp_path / "bench.toml"
+    config.write_text(f'model = "{tiny_model_dir}"\nnum_examples = 2\nrollouts_per_example = 1\nmax_tokens = 8\n'
+                      '[[eval]]\nid = "reverse-text"\nname = "rt"\nargs = {dataset_source = "offline"}\n'
+                      '[[eval]]\nenv_id = "wordle"\nnum_examples = 1\n')
+    code, stderr = vf_eval_here(monkeypatch, capsys, config, "-o", tmp_path / "out.jsonl")
+    assert code == 0, stderr[-2000:]
+    assert [len((tmp_path / f).read_text().splitlines()) for f in ("out-rt.jsonl", "out-wordle.jsonl")] == [2, 1]
+    assert "rt ·" in stderr and "wordle ·" in stderr  # each evaluation's summary table

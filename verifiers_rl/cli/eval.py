@@ -12,10 +12,11 @@ from verifiers_rl.cli.common import fail, note_offline_hub, program_name, quiet_
 
 def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Evaluate a model on an environment.")
-    p.add_argument("env_id", help="environment id, e.g. reverse-text or owner/reverse-text")
-    p.add_argument("-m", "--model", required=True,
-                   help="model dir, hub id or PEFT adapter dir (local engine), a server's model name with "
-                        "--base-url, or an endpoint name from configs/endpoints.py")
+    p.add_argument("env_id", nargs="?", help="environment id, e.g. reverse-text or owner/reverse-text; or a config "
+                   "file: configs/eval/x.toml ([[eval]] tables, as `prime eval run` reads them) or @ x.toml (a "
+                   "verifiers v1 eval config); flags given here win over the file")
+    p.add_argument("-m", "--model", help="(required) model dir, hub id or PEFT adapter dir (local engine), a "
+                   "server's model name with --base-url, or an endpoint name from configs/endpoints.py")
     p.add_argument("-n", "--num-examples", type=int, default=5, help="examples to evaluate (-1: all)")
     p.add_argument("-r", "--rollouts-per-example", type=int, default=3)
     p.add_argument("-a", "--env-args", default="{}", help="JSON object passed to load_environment (a verifiers v1 "
@@ -57,7 +58,27 @@ def _check_ranges(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(program_name("vf-eval")).parse_args(argv)
+    from verifiers_rl.cli.eval_config import EvalConfigError, eval_runs
+
+    parser = build_parser(program_name("vf-eval"))
+    try:
+        runs = eval_runs(list(sys.argv[1:] if argv is None else argv), parser)
+    except EvalConfigError as e:
+        fail(str(e))
+    codes = []
+    for args in runs:
+        if len(runs) > 1 and args.output:  # one file per evaluation
+            stem, dot, ext = args.output.rpartition(".")
+            name = getattr(args, "name", None) or args.env_id
+            args.output = f"{stem}-{name.replace('/', '-')}{dot}{ext}" if dot else f"{args.output}-{name}"
+        codes.append(evaluate(args))
+    return max(codes)
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """One evaluation: vf-eval's arguments → its summary (exit code 0, or 1 when nothing was measured)."""
+    if not args.env_id or not args.model:
+        fail("an environment id (or a config file) and -m/--model are required: vf-eval reverse-text -m MODEL")
     _check_ranges(args)
     env_args = _json_object(args.env_args, "--env-args", '{"num_train_examples": 100}')
     extra_sampling = _json_object(args.sampling_args, "--sampling-args", '{"min_tokens": 1}')
@@ -81,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from verifiers_rl.evaluation import all_errored, completion_length, errors_line, summarize, write_jsonl
 
     summary = summarize(states)
-    _print_summary(console, args.env_id, model_name, summary)
+    _print_summary(console, getattr(args, "name", None) or args.env_id, model_name, summary)
     if args.output:
         path = write_jsonl(states, args.output)
         console.print(f"wrote {len(states)} rollouts to {path}")

@@ -1,0 +1,93 @@
+"""vf-eval's config files (cli/eval_config.py): verifiers' `prime eval run` TOML ([[eval]] tables under top-level
+defaults) and verifiers v1's `eval @ file.toml` ([env] block, num_tasks, num_rollouts) become vf-eval's arguments,
+one namespace per evaluation; flags on the command line win; an unknown key is one line. A real run of such a file:
+tests/test_vf_eval.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from verifiers_rl.cli.eval import build_parser
+from verifiers_rl.cli.eval_config import EvalConfigError, config_path, eval_runs
+
+# the shape of verifiers' configs/eval/*.toml (its hosted-training starter files)
+CLASSIC = """
+model = "Qwen/Qwen3.5-4B"
+num_examples = 20
+rollouts_per_example = 1
+max_tokens = 1024
+
+[[eval]]
+env_id = "primeintellect/reverse-text"
+
+[[eval]]
+id = "math-python"
+name = "math-hard"
+num_examples = 50
+[eval.args]
+difficulty = "hard"
+[eval.sampling]
+temperature = 0.6
+"""
+# the shape of verifiers' configs/alphabet_sort.toml (`uv run eval @ configs/alphabet_sort.toml --model M`)
+V1 = """
+num_tasks = 5
+num_rollouts = 2
+
+[env.taskset]
+id = "alphabet-sort"
+min_turns = 2
+
+[env.agent]
+max_turns = 4
+
+[env.agent.harness]
+id = "null"
+"""
+
+
+def runs(tmp_path, text: str, *argv: str, at: bool = False):
+    path = tmp_path / "eval.toml"
+    path.write_text(text)
+    return eval_runs(["@", str(path), *argv] if at else [str(path), *argv], build_parser())
+
+
+def test_a_classic_eval_config_is_one_evaluation_per_eval_table(tmp_path):
+    first, second = runs(tmp_path, CLASSIC)
+    assert (first.env_id, first.model, first.num_examples, first.rollouts_per_example, first.max_tokens) == \
+        ("primeintellect/reverse-text", "Qwen/Qwen3.5-4B", 20, 1, 1024)
+    assert (second.env_id, second.name, second.num_examples) == ("math-python", "math-hard", 50)
+    assert json.loads(second.env_args) == {"difficulty": "hard"}
+    assert json.loads(second.sampling_args) == {"temperature": 0.6}
+    # a flag given on the command line wins over the file, in every evaluation
+    assert [r.model for r in runs(tmp_path, CLASSIC, "-m", "tiny", "-n", "3")] == ["tiny", "tiny"]
+    assert [r.num_examples for r in runs(tmp_path, CLASSIC, "-m", "tiny", "-n", "3")] == [3, 3]
+
+
+def test_a_v1_eval_config_is_its_env_block_with_the_v1_api(tmp_path):
+    (run,) = runs(tmp_path, V1, "--model", "tiny", at=True)
+    assert (run.env_id, run.api, run.model, run.num_examples, run.rollouts_per_example) == \
+        ("alphabet-sort", "v1", "tiny", 5, 2)
+    assert json.loads(run.env_args) == {"taskset": {"id": "alphabet-sort", "min_turns": 2},
+                                        "agent": {"max_turns": 4, "harness": {"id": "null"}}}
+
+
+@pytest.mark.parametrize("text, line", [
+    (CLASSIC.replace('id = "math-python"', 'id = "math-python"\nextra_env_kwargs = {max_turns = 3}'),
+     "eval.1.extra_env_kwargs: not supported by vf-eval"),
+    ("model = 'm'\n", 'eval: no [[eval]] table (one per environment: id = "..."), and no v1 [env] block'),
+    ("[[eval]]\nname = 'x'\n", "eval.0.id: required (the environment to evaluate)"),
+    ("[env.agent]\nmax_turns = 2\n", "env.taskset.id: required (the taskset to evaluate)"),
+])
+def test_what_vf_eval_cannot_read_is_one_line(text, line, tmp_path):
+    with pytest.raises(EvalConfigError) as e:
+        runs(tmp_path, text)
+    assert str(e.value) == line
+
+
+def test_only_a_toml_in_the_environments_place_is_a_config():
+    assert config_path(["reverse-text", "-m", "tiny"]) == (None, ["reverse-text", "-m", "tiny"])
+    assert config_path(["-m", "tiny", "configs/eval/x.toml"]) == ("configs/eval/x.toml", ["-m", "tiny"])
+    assert config_path(["@", "x.toml", "--model", "m"]) == ("x.toml", ["--model", "m"])

@@ -1,0 +1,97 @@
+"""vf-eval's config files, in the two shapes verifiers' evaluators read:
+
+- `vf-eval configs/eval/x.toml`: `prime eval run`'s format, top-level defaults and one `[[eval]]` table per
+  environment (`id` or `env_id`, `name`, `args`, `num_examples`, `rollouts_per_example`, `model`, `sampling`, ...);
+- `vf-eval @ x.toml`: verifiers v1's `eval` format, one `[env]` block (`taskset`, `agent`), `num_tasks`,
+  `num_rollouts`, `[sampling]`, `[client]`.
+
+Each evaluation becomes the namespace vf-eval's flags would give; a flag given on the command line wins over the
+file. A key vf-eval cannot honour is one line naming it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from typing import Any
+
+# a config key → vf-eval's argument
+CLASSIC = {"id": "env_id", "env_id": "env_id", "args": "env_args", "env_args": "env_args", "name": "name",
+           "num_examples": "num_examples", "rollouts_per_example": "rollouts_per_example", "model": "model",
+           "max_tokens": "max_tokens", "temperature": "temperature", "max_concurrent": "max_concurrent",
+           "sampling": "sampling_args", "sampling_args": "sampling_args", "seed": "seed", "shuffle_seed": "seed",
+           "base_url": "base_url", "api_base_url": "base_url", "api_key_var": "api_key_var"}
+V1 = {"model": "model", "num_tasks": "num_examples", "num_rollouts": "rollouts_per_example",
+      "max_concurrent": "max_concurrent", "sampling": "sampling_args"}
+CLIENT = {"base_url": "base_url", "api_key_var": "api_key_var"}
+IGNORED = ("shuffle", "verbose", "rich", "push", "output_dir", "run", "serve", "dry_run", "clean", "save_results",
+           "endpoints_path")
+
+
+class EvalConfigError(ValueError):
+    """A config file vf-eval cannot read, in one line."""
+
+
+def config_path(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the config file, the other arguments): `@ file.toml`, or a .toml path where the environment id goes."""
+    if len(argv) >= 2 and argv[0] == "@":
+        return argv[1], argv[2:]
+    for i, a in enumerate(argv):
+        if a.endswith(".toml") and not a.startswith("-") and (i == 0 or not argv[i - 1].startswith("-")):
+            return a, argv[:i] + argv[i + 1:]
+    return None, argv
+
+
+def _take(table: dict[str, Any], keys: dict[str, str], where: str) -> dict[str, Any]:
+    out = {}
+    for key, value in table.items():
+        if key in keys:
+            out[keys[key]] = value
+        elif key not in IGNORED:
+            raise EvalConfigError(f"{where}{key}: not supported by vf-eval")
+    return out
+
+
+def _entries(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict of vf-eval arguments per evaluation the file asks for."""
+    if "env" in raw and "eval" not in raw:  # verifiers v1's eval config
+        env = dict(raw["env"])
+        taskset = env.get("taskset") or {}
+        env_id = env.get("id") or taskset.get("id")
+        if not env_id:
+            raise EvalConfigError("env.taskset.id: required (the taskset to evaluate)")
+        rest = {k: v for k, v in raw.items() if k not in ("env", "client")}
+        return [{**_take(rest, V1, ""), **_take(raw.get("client") or {}, CLIENT, "client."), "env_id": env_id,
+                 "env_args": env, "api": "v1"}]
+    evals = raw.get("eval")
+    if not isinstance(evals, list) or not evals:
+        raise EvalConfigError("eval: no [[eval]] table (one per environment: id = \"...\"), and no v1 [env] block")
+    defaults = _take({k: v for k, v in raw.items() if k != "eval"}, CLASSIC, "")
+    out = []
+    for i, e in enumerate(evals):
+        entry = {**defaults, **_take(e, CLASSIC, f"eval.{i}.")}
+        if not entry.get("env_id"):
+            raise EvalConfigError(f"eval.{i}.id: required (the environment to evaluate)")
+        out.append(entry)
+    return out
+
+
+def eval_runs(argv: list[str], parser: argparse.ArgumentParser) -> list[argparse.Namespace]:
+    """vf-eval's arguments, one namespace per evaluation (one without a config file)."""
+    path, rest = config_path(argv)
+    if path is None:
+        return [parser.parse_args(argv)]
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise EvalConfigError(f"{path}: {e}") from None
+    defaults = vars(parser.parse_args([]))
+    given = {k: v for k, v in vars(parser.parse_args(rest)).items() if v != defaults[k]}
+    runs = []
+    for entry in _entries(raw):
+        for key in ("env_args", "sampling_args"):
+            if isinstance(entry.get(key), dict):
+                entry[key] = json.dumps(entry[key])
+        runs.append(argparse.Namespace(**{**defaults, **entry, **given}))
+    return runs
