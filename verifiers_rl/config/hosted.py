@@ -19,7 +19,6 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field, ValidationError
 
 from verifiers_rl.config import prime_train
-from verifiers_rl.config.prime_sft import is_prime_sft
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import Section, TeacherSection, one_line
 
@@ -171,6 +170,12 @@ MAPPING: list[Rule] = [
     Rule("wandb.project / entity / name", "trainer.args.wandb", "turns W&B logging on; the API key comes from "
          "WANDB_API_KEY (e.g. in an env_file)"),
 ]
+
+
+def is_prime_sft(raw: dict[str, Any]) -> bool:
+    """prime-rl's SFT config (config/prime_sft.py): a `[model]` table (vf-sft and vf-rl name the model as a string)
+    without prime-rl's RL `[orchestrator]`."""
+    return isinstance(raw.get("model"), dict) and "orchestrator" not in raw
 
 
 def is_hosted(raw: dict[str, Any]) -> bool:

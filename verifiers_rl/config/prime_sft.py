@@ -22,12 +22,6 @@ MODEL_SET_ASIDE = ("seq_len", "impl", "attn", "compile", "ac_offloading", "fsdp_
 DATA_SET_ASIDE = ("micro_batch_size", "num_workers", "shuffle", "probabilities", "stopping_strategy")
 
 
-def is_prime_sft(raw: dict[str, Any]) -> bool:
-    """prime-rl's SFT config: a `[model]` table (vf-sft and vf-rl name the model as a string) without prime-rl's
-    RL `[orchestrator]`."""
-    return isinstance(raw.get("model"), dict) and "orchestrator" not in raw
-
-
 def _rest(where: str, table: dict[str, Any]) -> None:
     if table:
         raise ConfigError(f"{where}{next(iter(table))}: not supported yet by vf-sft")

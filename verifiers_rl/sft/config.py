@@ -89,10 +89,12 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
     from verifiers_rl.config.loading import ConfigError
     from verifiers_rl.config.schema import one_line
 
-    from verifiers_rl.config import prime_sft
+    from verifiers_rl.config.hosted import is_prime_sft
 
-    if prime_sft.is_prime_sft(raw):
-        raw = prime_sft.translate(raw)
+    if is_prime_sft(raw):
+        from verifiers_rl.config.prime_sft import translate
+
+        raw = translate(raw)
     try:
         return SFTRunConfig.model_validate(raw)
     except ValidationError as e:
