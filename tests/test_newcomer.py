@@ -154,11 +154,10 @@ def test_a_step_past_generation_timeout_is_one_line_naming_the_setting(tiny_mode
 
 def test_an_environment_with_only_an_eval_dataset_is_one_line_before_training(tiny_model_dir, tmp_path):
     """Trained on, an environment built with an eval_dataset only says so, naming it: vf-rl's worker before the
-    warm-up (`env.id: ...`, exit 1), a notebook's RLTrainer before it starts (verifiers' own 'dataset is not set'
+    warm-up (`env.id: ...`, a config error: exit 2), a notebook's RLTrainer before it starts (verifiers' own 'dataset is not set'
     came from deep inside)."""
     import verifiers_rl as vf
     from verifiers_rl.config.validation import validate_run_config
-    from verifiers_rl.envs.loading import EnvironmentLoadError
     from verifiers_rl.launching.pipeline import _training_envs
 
     def eval_only(*_a, **_k):
@@ -166,12 +165,12 @@ def test_an_environment_with_only_an_eval_dataset_is_one_line_before_training(ti
                                 rubric=vf.Rubric(funcs=[lambda c: 1.0]))
 
     cfg = validate_run_config({"model": "m", "env": {"id": "me/probe-evalonly"}})
-    with pytest.raises(EnvironmentLoadError) as e:
+    with pytest.raises(ConfigError) as e:
         _training_envs(cfg, eval_only)
     assert str(e.value) == ("env.id: 'me/probe-evalonly' has no training dataset (its load_environment() gave an "
                             "eval_dataset only); give it a dataset, or evaluate it with [[eval.env]]")
     cfg = validate_run_config({"model": "m", "env": [{"id": "a"}, {"id": "b"}]})
-    with pytest.raises(EnvironmentLoadError, match=r"^env\.0\.id: 'a' has no training dataset"):
+    with pytest.raises(ConfigError, match=r"^env\.0\.id: 'a' has no training dataset"):
         _training_envs(cfg, eval_only)
     args = vf.RLConfig(output_dir=str(tmp_path / "rl"), max_steps=1, batch_size=4, rollouts_per_example=2,
                        micro_batch_size=4, max_tokens=2, save_steps=100, disable_tqdm=True)

@@ -55,14 +55,14 @@ def _tiny_model(cfg: RunConfig, console: Any) -> str | None:
 def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any]]:
     """(the environment to train on, the [[env]] environments it is made of)."""
     from verifiers_rl.envs.dataset_format import without_training_rows
-    from verifiers_rl.envs.loading import EnvironmentLoadError
+    from verifiers_rl.errors import ConfigError
 
     sub_envs = []
     for i, e in enumerate(cfg.envs):
         sub = load_environment(e.id, e.args, api=e.api, path=e.path)
         if without_training_rows(sub):  # before the warm-up, not after it
             key = f"env.{i}" if isinstance(cfg.env, list) else "env"
-            raise EnvironmentLoadError(f"{key}.id: {e.id!r} has no training dataset (its load_environment() gave "
+            raise ConfigError(f"{key}.id: {e.id!r} has no training dataset (its load_environment() gave "
                                        "an eval_dataset only); give it a dataset, or evaluate it with [[eval.env]]")
         sub.env_id = _env_name(e.id, e.name)
         sub_envs.append(sub)
