@@ -14,7 +14,7 @@ import os
 import sys
 import warnings
 import weakref
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from verifiers_rl.errors import SettingError
 from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, AdvantageSpec
@@ -27,11 +27,9 @@ DEPRECATED_KEYS: dict[str, str] = {"mask_ratio_low": "loss", "mask_ratio_high": 
                                    "beta": "loss", "scale_rewards": "advantage"}
 
 
-def build_config(section: str, name: str, config: type, table: dict[str, Any], c: Any, names: Iterable[str],
-                 config_of: Callable[[str], type]) -> Any:
+def build_config(section: str, name: str, config: type, table: dict[str, Any], c: Any) -> Any:
     """Type ``name``'s ``config`` (``section`` e.g. loss, type dapo) built from ``table`` (its keys, ``type``
-    removed) and the section's deprecated top-level keys read from ``c`` (None: unset); ``names``: the registered
-    types, ``config_of`` their configs (read only to name the type a misplaced key belongs to). An unknown key, a
+    removed) and the section's deprecated top-level keys read from ``c`` (None: unset). An unknown key, a
     top-level key the type lacks, or one key set twice differently: one line."""
     own = [f.name for f in dataclasses.fields(config)]
     for key in table:
@@ -45,7 +43,8 @@ def build_config(section: str, name: str, config: type, table: dict[str, Any], c
             continue
         deprecated_spelling(section, key)
         if key not in own:
-            users = [n for n in names if key in {f.name for f in dataclasses.fields(config_of(n))}]
+            users = [n for n in _REGISTRIES[section]
+                     if key in {f.name for f in dataclasses.fields(_SPEC_OF[section](n).config)}]
             which = repr(users[0]) if len(users) == 1 else f"one of {', '.join(users)}"
             raise SettingError(key, f"{key}={top!r} applies to {section}.type {which}, not {name!r}; remove it")
         if key in table and top != table[key]:
@@ -121,12 +120,6 @@ def table_of(value: Any, configs: Callable[[], dict[str, type]]) -> dict[str, An
     return None
 
 
-def store_back(c: Any, section: str, name: str, config: Any) -> None:
-    """After the check: a config object given as ``c.<section>`` is kept as its table (JSON, TOML)."""
-    if getattr(c, section) is not None and not isinstance(getattr(c, section), dict):
-        setattr(c, section, as_table(name, config))
-
-
 def as_table(name: str, config: Any) -> dict[str, Any]:
     """Type ``name``'s built ``config`` as a settings table; a None left at its None default is omitted (TOML has
     no null)."""
@@ -176,6 +169,10 @@ def get_advantage(name: str) -> AdvantageSpec:
     return registered("advantage", name, ADVANTAGES, AdvantageSpec, "ADVANTAGE")
 
 
+_REGISTRIES = {"loss": LOSSES, "advantage": ADVANTAGES}
+_SPEC_OF = {"loss": get_loss, "advantage": get_advantage}
+
+
 # (id(config), slot) -> (a weak reference to the config, its inputs' repr, the result): beside the config, not on
 # it, so the config still pickles (HF's Trainer saves its args with torch.save) whatever the result holds
 _BUILT: dict[tuple[int, str], tuple[Any, str, Any]] = {}
@@ -201,6 +198,27 @@ def keep(c: Any, slot: str, inputs: Any, result: Any) -> None:
     _BUILT[key] = (ref, repr(inputs), result)
 
 
+def _inputs(c: Any, section: str) -> tuple:
+    """What building ``c``'s ``section`` reads: the build is kept while these stay equal."""
+    return (getattr(c, "training_mode", "rl"), getattr(c, section, None),
+            [getattr(c, k, None) for k in deprecated_keys(section)])
+
+
+def _resolve(c: Any, section: str) -> Any:
+    build = _build_loss if section == "loss" else _build_advantage
+    return built_once(c, f"_built_{section}", _inputs(c, section), lambda: build(c))
+
+
+def _check(c: Any, section: str) -> Any:
+    """Build ``c``'s ``section`` config once (one line on a bad type, key or value); a config object given as
+    ``c.<section>`` is kept as its table (JSON, TOML), which builds the same. Returns the spec."""
+    spec, config = _resolve(c, section)
+    if getattr(c, section) is not None and not isinstance(getattr(c, section), dict):
+        setattr(c, section, as_table(spec.name, config))
+    keep(c, f"_built_{section}", _inputs(c, section), (spec, config))
+    return spec
+
+
 # --- the loss ------------------------------------------------------------------------------------------------------
 
 
@@ -215,15 +233,10 @@ def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
                        f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
 
 
-def _loss_inputs(c: Any) -> tuple:
-    return (getattr(c, "training_mode", "rl"), getattr(c, "loss", None),
-            [getattr(c, k, None) for k in deprecated_keys("loss")])
-
-
 def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
     """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields):
     once per run, kept for ``c`` (beside it: ``built_once``) while its loss settings stay the same."""
-    return built_once(c, "_built_loss", _loss_inputs(c), lambda: _build_loss(c))
+    return _resolve(c, "loss")
 
 
 def reference_beta(c: Any) -> float:
@@ -235,62 +248,43 @@ def _build_loss(c: Any) -> tuple[LossSpec, Any]:
     mode = getattr(c, "training_mode", "rl")
     table = loss_table(getattr(c, "loss", None), mode)
     kind = table.pop("type", None) or MODE_LOSS.get(mode, "default")  # a name, or an import path
-    spec = registered("loss", kind, LOSSES, LossSpec, "LOSS")
+    spec = get_loss(kind)
     if spec.mode != mode:
         fits = ", ".join(loss_types(mode)) or "none"
         raise SettingError("loss", f"loss.type={kind!r} trains training_mode={spec.mode!r}, not {mode!r}; set "
                                    f"training_mode={spec.mode!r} or loss.type to one of {fits}")
-    return spec, build_config("loss", kind, spec.config, table, c, LOSSES, lambda n: get_loss(n).config)
+    return spec, build_config("loss", kind, spec.config, table, c)
 
 
 def check_loss(c: Any) -> None:
-    """Build the run's loss config once (one line on a bad key or value); a config object given as ``c.loss`` is
-    kept as its table."""
-    spec, config = resolve_loss(c)
-    store_back(c, "loss", spec.name, config)
-    keep(c, "_built_loss", _loss_inputs(c), (spec, config))  # the settings as stored back build the same
+    """Build the run's loss config once (``_check``)."""
+    _check(c, "loss")
 
 
 # --- the advantage estimator ---------------------------------------------------------------------------------------
 
 
-def advantage_table(advantage: Any) -> dict[str, Any]:
-    """``RLConfig.advantage`` as a table: None, a table with ``type``, or an estimator's config object."""
-    table = table_of(advantage, lambda: {n: get_advantage(n).config for n in ADVANTAGES})
-    if table is not None:
-        return table
-    raise SettingError("advantage",
-                       f"advantage={advantage!r} must be a table with a 'type' key (one of {', '.join(ADVANTAGES)}) "
-                       "or an estimator's config object")
-
-
-def _advantage_inputs(c: Any) -> tuple:
-    return getattr(c, "advantage", None), [getattr(c, k, None) for k in deprecated_keys("advantage")]
-
-
 def resolve_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
-    """The chosen estimator and its config, built (so checked) from ``c`` (an RLConfig, or anything with its
-    fields): once per run, kept for ``c`` (beside it: ``built_once``) while its advantage settings stay the
-    same."""
-    return built_once(c, "_built_advantage", _advantage_inputs(c), lambda: _build_advantage(c))
+    """The chosen estimator and its config, as ``resolve_loss``."""
+    return _resolve(c, "advantage")
 
 
 def _build_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
-    table = advantage_table(getattr(c, "advantage", None))
+    advantage = getattr(c, "advantage", None)
+    table = table_of(advantage, lambda: {n: get_advantage(n).config for n in ADVANTAGES})
+    if table is None:
+        raise SettingError("advantage", f"advantage={advantage!r} must be a table with a 'type' key (one of "
+                                        f"{', '.join(ADVANTAGES)}) or an estimator's config object")
     kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
-    spec = registered("advantage", kind, ADVANTAGES, AdvantageSpec, "ADVANTAGE")
-    return spec, build_config("advantage", kind, spec.config, table, c, ADVANTAGES,
-                              lambda n: get_advantage(n).config)
+    spec = get_advantage(kind)
+    return spec, build_config("advantage", kind, spec.config, table, c)
 
 
 def check_advantage(c: Any) -> None:
-    """Build the run's estimator config once (one line on a bad type, key or value; a group too small for it); a
-    config object given as ``c.advantage`` is kept as its table."""
-    spec, config = resolve_advantage(c)
+    """Build the run's estimator config once (``_check``); a group too small for it is one line."""
+    spec = _check(c, "advantage")
     group = getattr(c, "rollouts_per_example", spec.min_group_size)
     if group < spec.min_group_size:
         raise SettingError("advantage",
                            f"advantage.type={spec.name!r} needs rollouts_per_example >= {spec.min_group_size}, got "
                            f"{group}; raise rollouts_per_example or set advantage.type='grpo'")
-    store_back(c, "advantage", spec.name, config)
-    keep(c, "_built_advantage", _advantage_inputs(c), (spec, config))  # the settings as stored back build the same
