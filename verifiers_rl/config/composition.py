@@ -21,10 +21,6 @@ RENAMED: dict[str, str] = {
 }
 
 
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
 def _wandb_value(value: Any) -> Any:
     """A bare `--wandb` is W&B with its defaults, `--no-wandb` none."""
     return {} if value is True else None if value is False else value
@@ -85,7 +81,7 @@ def apply_renames(raw: dict[str, Any]) -> dict[str, Any]:
         there, _ = _pop_path(copy.deepcopy(raw), new)
         if there:
             raise ConfigError(f"{old}: renamed {new}, which is set too; keep only {new}")
-        _warn(f"{old} is deprecated: it is now {new} (set that instead)")
+        print(f"warning: {old} is deprecated: it is now {new} (set that instead)", file=sys.stderr, flush=True)
         set_path(raw, new, value)
     return raw
 

@@ -206,7 +206,7 @@ def configuration_md() -> str:
     inherited = [n for n in info.names if n not in info.own]
     parts = [
         CONFIG_INTRO,
-        section_table(RunConfig, "").replace("| `tiny_model` | table", "| `tiny_model` | table").rstrip(),
+        section_table(RunConfig, "").rstrip(),
         "\n`env` is a table (`[env]`), or an array of tables (`[[env]]`, each with a `ratio`) for several "
         "environments, trained together: each batch holds their groups in proportion to the ratios (± one group), "
         "metrics add `reward/<name>/mean`, and `[eval]` defaults to each one's eval split (one `[[env]]` is the same "
@@ -329,10 +329,10 @@ launched config (which list the file paths only), not in `run.json`, not in chec
 
 
 def hosted_md() -> str:
-    rows = [f"| `{r.hosted}` | {('`' + r.target + '`') if r.target != '—' else '—'} | {_cell(r.note)} |"
-            for r in hosted.MAPPING]
-    prime_rows = [f"| `{r.prime}` | {('`' + r.target + '`') if r.target != '—' else '—'} | {_cell(r.note)} |"
-                  for r in prime_train_table.RULES]
+    def rows(rules: list[prime_train_table.Rule]) -> str:
+        return "\n".join(f"| `{r.key}` | {('`' + r.target + '`') if r.target != '—' else '—'} | {_cell(r.note)} |"
+                         for r in rules)
+
     example = (
         "\n### Example\n\n```toml\n"
         'model = "PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT"\nmax_steps = 200\nbatch_size = 16\n'
@@ -345,7 +345,8 @@ def hosted_md() -> str:
         f"max_seq_len = {hosted.PROMPT_BUDGET + 256}\nmax_prompt_len = {hosted.PROMPT_BUDGET}\n"
         "temperature = 0.9\n```\n\n"
         "Every example config of the hosted docs is translated in `tests/test_cli_config.py`.\n")
-    return PRIME_TRAIN_INTRO + "\n".join(prime_rows) + "\n\n" + HOSTED_INTRO + "\n".join(rows) + "\n" + example
+    return (PRIME_TRAIN_INTRO + rows(prime_train_table.RULES) + "\n\n" + HOSTED_INTRO + rows(hosted.MAPPING) + "\n"
+            + example)
 
 
 def main(argv: list[str] | None = None) -> int:

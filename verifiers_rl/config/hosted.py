@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
 from verifiers_rl.config import prime_train
 from verifiers_rl.config.loading import ConfigError
+from verifiers_rl.config.prime_train_table import DEFAULT_MICRO_BATCH, Rule
 from verifiers_rl.config.sections import Section, TeacherSection, one_line
 
 # The prompt budget of a hosted run: max_seq_len = PROMPT_BUDGET + sampling.max_tokens (seq_len is not user-set
 # in the hosted format; it is RLConfig.max_prompt_len's default).
 PROMPT_BUDGET = 512
-DEFAULT_MICRO_BATCH = 8
 DEFAULT_EVAL_INTERVAL = 100
 
 HOSTED_ONLY_KEYS = ("name", "max_steps", "batch_size", "rollouts_per_example", "learning_rate", "lora_alpha",
@@ -50,10 +50,7 @@ class HostedEnv(Section):
     args: dict[str, Any] = Field(default_factory=dict, description="load_environment() args")
 
 
-class HostedEvalEnv(Section):
-    id: str
-    name: str | None = None
-    args: dict[str, Any] = Field(default_factory=dict)
+class HostedEvalEnv(HostedEnv):
     num_examples: int | None = None
     rollouts_per_example: int | None = None
 
@@ -109,16 +106,6 @@ class HostedConfig(Section):
     wandb: HostedWandb | None = None
     training_mode: Literal["rl", "opd", "sft"] | None = None
     teacher: TeacherSection | None = None
-
-
-class Rule(NamedTuple):
-    """One hosted key: where it goes and how (docs/hosted.md is generated from these). `direct`: the value is
-    copied as it is to `target` (a trainer.args key) by `translate`; the others are spelled out in code below."""
-
-    hosted: str
-    target: str
-    note: str
-    direct: bool = False
 
 
 # The hosted format, stated once: `translate` applies the direct rules and the code below does the rest.
@@ -200,18 +187,6 @@ def is_hosted(raw: dict[str, Any]) -> bool:
     return bool(hosted_keys) or (hosted_env and not vf_keys)
 
 
-class _Args:
-    """trainer.args built from hosted keys, remembering which hosted key each one came from."""
-
-    def __init__(self, origin: dict[str, str]) -> None:
-        self.args: dict[str, Any] = {}
-        self.origin = origin
-
-    def put(self, key: str, value: Any, source: str) -> None:
-        self.args[key] = value
-        self.origin[f"trainer.args.{key}"] = source
-
-
 def _validate(raw: dict[str, Any]) -> HostedConfig:
     raw = dict(raw)
     if isinstance(raw.get("env"), dict):
@@ -234,31 +209,7 @@ def _hosted_value(h: HostedConfig, path: str) -> Any:
     return value
 
 
-def _put_direct(h: HostedConfig, a: _Args) -> None:
-    """Every direct rule of MAPPING: the hosted value, when given, as is."""
-    for rule in MAPPING:
-        if rule.direct:
-            value = _hosted_value(h, rule.hosted)
-            if value is not None:
-                a.put(rule.target.removeprefix("trainer.args."), value, rule.hosted)
-
-
-def _put_run_args(h: HostedConfig, a: _Args) -> None:
-    """What top-level keys and [sampling] imply beyond their direct rules."""
-    if h.batch_size >= 1:
-        a.put("micro_batch_size", math.gcd(h.batch_size, DEFAULT_MICRO_BATCH), "batch_size")
-    if h.trajectory_strategy == "branching":
-        raise ConfigError("trajectory_strategy: 'branching' is not supported yet by the local trainer; it trains "
-                          "each rollout's turns as one sample ('interleaved')")
-    template = {k: v for k in ("enable_thinking", "reasoning_effort") if (v := getattr(h.sampling, k)) is not None}
-    if template:
-        a.put("chat_template_kwargs", template, f"sampling.{next(iter(template))}")
-    if h.sampling.max_tokens is not None:
-        a.put("max_seq_len", PROMPT_BUDGET + h.sampling.max_tokens, "sampling.max_tokens")
-        a.put("max_prompt_len", PROMPT_BUDGET, "sampling.max_tokens")
-
-
-def _envs(h: HostedConfig, origin: dict[str, str]) -> Any:
+def _envs(h: HostedConfig, o: Any) -> None:
     """[[env]] (with buffer.env_ratios) → vf-rl's `env`: one table, or a list for several."""
     ratios = h.buffer.env_ratios if h.buffer is not None else None
     if ratios is not None and (len(ratios) != len(h.env) or any(r <= 0 for r in ratios)):
@@ -272,17 +223,7 @@ def _envs(h: HostedConfig, origin: dict[str, str]) -> Any:
         if ratios is not None and len(h.env) > 1:
             item["ratio"] = ratios[i]
         envs.append(item)
-    origin["env"] = "env.0" if len(envs) == 1 else "env"
-    return envs[0] if len(envs) == 1 else envs
-
-
-def _put_val_buffer_wandb(h: HostedConfig, a: _Args) -> None:
-    if h.buffer is not None and h.buffer.skip_verification:
-        raise ConfigError("buffer.skip_verification: true is not supported yet by the local trainer (rollouts "
-                          "are always scored)")
-
-    if h.wandb is not None:
-        a.put("wandb", {k: v for k, v in h.wandb.model_dump().items() if v is not None}, "wandb")
+    o.put("env", envs[0] if len(envs) == 1 else envs, "env.0" if len(envs) == 1 else "env")
 
 
 def _eval(e: HostedEval, origin: dict[str, str]) -> dict[str, Any]:
@@ -302,21 +243,34 @@ def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         return prime_train.translate(raw)
     h = _validate(raw)
     print(RETIRED_WARNING, file=sys.stderr, flush=True)
-    origin: dict[str, str] = {"model": "model", "env_file": "env_file"}
-    a = _Args(origin)
-    _put_direct(h, a)
-    _put_run_args(h, a)
-    env = _envs(h, origin)
-    _put_val_buffer_wandb(h, a)
-    out: dict[str, Any] = {"model": h.model, "env": env, "trainer": {"args": a.args}}
+    o = prime_train.Translation()
+    o.put("model", h.model, "model")
+    for rule in MAPPING:  # the direct rules: the hosted value, when given, as is
+        if rule.direct:
+            o.arg(rule.target.removeprefix("trainer.args."), _hosted_value(h, rule.key), rule.key)
+    if h.batch_size >= 1:
+        o.arg("micro_batch_size", math.gcd(h.batch_size, DEFAULT_MICRO_BATCH), "batch_size")
+    if h.trajectory_strategy == "branching":
+        raise ConfigError("trajectory_strategy: 'branching' is not supported yet by the local trainer; it trains "
+                          "each rollout's turns as one sample ('interleaved')")
+    template = {k: v for k in ("enable_thinking", "reasoning_effort") if (v := getattr(h.sampling, k)) is not None}
+    if template:
+        o.arg("chat_template_kwargs", template, f"sampling.{next(iter(template))}")
+    if h.sampling.max_tokens is not None:
+        o.arg("max_seq_len", PROMPT_BUDGET + h.sampling.max_tokens, "sampling.max_tokens")
+        o.arg("max_prompt_len", PROMPT_BUDGET, "sampling.max_tokens")
+    _envs(h, o)
+    if h.buffer is not None and h.buffer.skip_verification:
+        raise ConfigError("buffer.skip_verification: true is not supported yet by the local trainer (rollouts "
+                          "are always scored)")
+    if h.wandb is not None:
+        o.arg("wandb", {k: v for k, v in h.wandb.model_dump().items() if v is not None}, "wandb")
     if h.env_file:
-        out["env_file"] = list(h.env_file)
+        o.put("env_file", list(h.env_file), "env_file")
     if h.eval is not None:
-        out["eval"] = _eval(h.eval, origin)
+        o.raw["eval"] = _eval(h.eval, o.origin)
     if h.training_mode is not None:
-        out["training_mode"] = h.training_mode
-        origin["training_mode"] = "training_mode"
+        o.put("training_mode", h.training_mode, "training_mode")
     if h.teacher is not None:
-        out["teacher"] = h.teacher.model_dump(exclude_none=True)
-        origin["teacher"] = "teacher"
-    return out, origin
+        o.put("teacher", h.teacher.model_dump(exclude_none=True), "teacher")
+    return o.raw, o.origin

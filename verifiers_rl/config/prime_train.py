@@ -79,13 +79,13 @@ def _rest(where: str, table: dict[str, Any], allowed: tuple[str, ...] = ()) -> N
         raise ConfigError(f"{where}.{left[0]}: not supported yet by the local trainer")
 
 
-class _Out:
-    """The vf-rl raw config being built, remembering which prime-rl key each value came from."""
+class Translation:
+    """The vf-rl raw config being built, remembering which hosted key each value came from (`origin`)."""
 
     def __init__(self) -> None:
         self.raw: dict[str, Any] = {"trainer": {"args": {}}}
         self.origin: dict[str, str] = {}
-        self.ignored: list[str] = []  # prime-rl keys set aside (IGNORED), named in one line
+        self.ignored: list[str] = []  # prime train: keys set aside (IGNORED), named in one line
 
     def arg(self, key: str, value: Any, source: str) -> None:
         if value is not None:
@@ -102,7 +102,7 @@ def _first(r: _Reader, *paths: str) -> tuple[Any, str]:
     return found[0] if found else (None, paths[0])
 
 
-def _run_size(r: _Reader, o: _Out) -> None:
+def _run_size(r: _Reader, o: Translation) -> None:
     name = r.take("name")
     o.arg("run_name", name, "name")
     model = r.table("model")
@@ -161,7 +161,7 @@ def _teacher(algo: dict[str, Any], where: str) -> dict[str, Any] | None:
     return {k: v for k, v in teacher.items() if v is not None}
 
 
-def _algo(r: _Reader, sources: list[dict[str, Any]], o: _Out) -> None:
+def _algo(r: _Reader, sources: list[dict[str, Any]], o: Translation) -> None:
     algo = r.table("orchestrator.algo")
     for i, s in enumerate(sources):
         own = s.pop("algo", None)
@@ -223,7 +223,7 @@ def _gate(source: dict[str, Any], where: str) -> bool:
     return bool(gates)
 
 
-def _train_sources(r: _Reader, o: _Out) -> tuple[list[dict[str, Any]], Any]:
+def _train_sources(r: _Reader, o: Translation) -> tuple[list[dict[str, Any]], Any]:
     sources = r.take("orchestrator.train.source") or []
     if not isinstance(sources, list) or not sources:
         raise ConfigError("orchestrator.train.source: required key is missing (at least one "
@@ -231,7 +231,7 @@ def _train_sources(r: _Reader, o: _Out) -> tuple[list[dict[str, Any]], Any]:
     return sources, r.table("orchestrator.renderer") or None
 
 
-def _train(r: _Reader, o: _Out) -> None:
+def _train(r: _Reader, o: Translation) -> None:
     sources, renderer = _train_sources(r, o)
     _algo(r, sources, o)
     group = r.take("orchestrator.group_size", PRIME_RL_DEFAULTS["group_size"])
@@ -271,7 +271,7 @@ def _train(r: _Reader, o: _Out) -> None:
         o.origin["env"] = "orchestrator.train.source.0"
 
 
-def _loss(r: _Reader, o: _Out) -> None:
+def _loss(r: _Reader, o: Translation) -> None:
     loss = r.table("trainer.loss")
     kind = loss.pop("type", "default")
     if kind != "default":
@@ -287,7 +287,7 @@ def _loss(r: _Reader, o: _Out) -> None:
     _rest("trainer.loss", loss)
 
 
-def _optim(r: _Reader, o: _Out) -> None:
+def _optim(r: _Reader, o: Translation) -> None:
     optim = r.table("trainer.optim")
     kind = optim.pop("type", "adamw")
     if kind != "adamw":
@@ -312,7 +312,7 @@ def _optim(r: _Reader, o: _Out) -> None:
     _rest("trainer.scheduler", sched)
 
 
-def _activation_checkpointing(r: _Reader, o: _Out) -> None:
+def _activation_checkpointing(r: _Reader, o: Translation) -> None:
     ac = r.take("trainer.model.ac")
     if ac is None:
         return
@@ -325,7 +325,7 @@ def _activation_checkpointing(r: _Reader, o: _Out) -> None:
     _rest("trainer.model.ac", ac, allowed=("mode", "freq", "targets"))
 
 
-def _lora(r: _Reader, o: _Out) -> None:
+def _lora(r: _Reader, o: Translation) -> None:
     _activation_checkpointing(r, o)
     lora = r.take("trainer.model.lora")
     o.arg("use_lora", lora is not None, "trainer.model.lora")
@@ -341,7 +341,7 @@ def _lora(r: _Reader, o: _Out) -> None:
     _rest("trainer.model.lora", lora)
 
 
-def _eval(r: _Reader, o: _Out, renderer: dict[str, Any] | None) -> None:
+def _eval(r: _Reader, o: Translation, renderer: dict[str, Any] | None) -> None:
     ev = r.take("orchestrator.eval")
     if ev is None:
         return
@@ -386,7 +386,7 @@ def _eval(r: _Reader, o: _Out, renderer: dict[str, Any] | None) -> None:
     o.origin["eval.before"] = "orchestrator.eval.skip_first_step"
 
 
-def _eval_tokens(sampling: dict[str, Any], where: str, o: _Out) -> None:
+def _eval_tokens(sampling: dict[str, Any], where: str, o: Translation) -> None:
     """An eval `max_completion_tokens`: the local eval samples with the training one, so it may only repeat it."""
     tokens = sampling.pop("max_completion_tokens", None)
     train = o.raw["trainer"]["args"].get("max_tokens")
@@ -395,7 +395,7 @@ def _eval_tokens(sampling: dict[str, Any], where: str, o: _Out) -> None:
                           f"({train}); the local eval samples with the training one: set them alike, or remove it")
 
 
-def _logging(r: _Reader, o: _Out) -> None:
+def _logging(r: _Reader, o: Translation) -> None:
     wandb = r.take("monitors.wandb")
     if "wandb" in r.raw:  # the command line's --wandb (a table) / --no-wandb (off: None once composed)
         flag = r.take("wandb")
@@ -412,7 +412,7 @@ def _logging(r: _Reader, o: _Out) -> None:
         _rest("ckpt", ckpt, ("keep_interval",))
 
 
-def _deprecated(r: _Reader, o: _Out) -> None:
+def _deprecated(r: _Reader, o: Translation) -> None:
     for key, why in DEPRECATED.items():
         node = r.raw
         for part in key.split(".")[:-1]:
@@ -430,7 +430,7 @@ def _deprecated(r: _Reader, o: _Out) -> None:
 
 def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """A `prime train` raw config → (vf-rl raw config, origin: vf-rl key path → prime-rl key path)."""
-    r, o = _Reader(raw), _Out()
+    r, o = _Reader(raw), Translation()
     _deprecated(r, o)
     _run_size(r, o)
     renderer = r.raw.get("orchestrator", {}).get("renderer")
