@@ -72,39 +72,33 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
-    return _absolute_env_paths(_absolute_env_files(data, path), path)
+    return _absolute_paths(data, path)
 
 
-def _absolute_env_paths(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[env] path` / `[[eval.env]] path` are relative to the config file that names them: make them absolute."""
+def _absolute_paths(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`env_file` entries and `[env] path` / `[[eval.env]] path` are relative to the config file that names them:
+    make them absolute here."""
     base = path.resolve().parent
+
+    def absolute(p: str) -> str:
+        return p if Path(p).is_absolute() else str((base / p).resolve())
 
     def fix(table: Any) -> Any:
         p = table.get("path") if isinstance(table, dict) else None
-        if isinstance(p, str) and p != "None" and not Path(p).is_absolute():  # "None": None (written configs)
-            return {**table, "path": str((base / table["path"]).resolve())}
+        if isinstance(p, str) and p != "None":  # "None": None (written configs)
+            return {**table, "path": absolute(p)}
         return table
 
     data = dict(data)
+    ef = data.get("env_file")
+    items = [ef] if isinstance(ef, str) and ef != "None" else ef
+    if isinstance(items, list) and all(isinstance(p, str) for p in items):  # else the schema reports the type
+        data["env_file"] = [absolute(p) for p in items]
     if "env" in data:
         data["env"] = [fix(t) for t in data["env"]] if isinstance(data["env"], list) else fix(data["env"])
     ev = data.get("eval")
     if isinstance(ev, dict) and isinstance(ev.get("env"), list):
         data["eval"] = {**ev, "env": [fix(t) for t in ev["env"]]}
-    return data
-
-
-def _absolute_env_files(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`env_file` entries are relative to the config file that names them: make them absolute here."""
-    ef = data.get("env_file")
-    if ef is None or ef == "None":
-        return data
-    items = [ef] if isinstance(ef, str) else ef
-    if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
-        return data  # the schema reports the type error
-    base = path.resolve().parent
-    data = dict(data)
-    data["env_file"] = [str((base / p).resolve()) if not Path(p).is_absolute() else p for p in items]
     return data
 
 

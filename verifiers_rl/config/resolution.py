@@ -10,7 +10,7 @@ from typing import Any
 
 from verifiers_rl.config import hosted as hosted_mod
 from verifiers_rl.config.composition import compose
-from verifiers_rl.config.loading import ConfigError, parse_args, read_env_file
+from verifiers_rl.config.loading import ConfigError, load_env_files, parse_args
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, RunConfig
 from verifiers_rl.config.trainer_args import build_rl_config, rl_field_info
 from verifiers_rl.config.validation import check_envs, rl_config_kwargs, validate_run_config
@@ -89,10 +89,7 @@ def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, c
         raw, origin = hosted_mod.translate(raw)
     try:
         cfg = validate_run_config(raw)
-        for p in cfg.env_file:
-            if not Path(p).is_file():
-                raise ConfigError(f"env_file: {p} not found (paths are relative to the config file that names them)")
-            read_env_file(p)  # syntax only: values go to os.environ at launch, never into the config
+        load_env_files(cfg.env_file, environ={})  # syntax only: values go to os.environ at launch, never here
         kwargs = rl_config_kwargs(cfg, options.get("output_dir"))
         args = build_rl_config(kwargs, preview=preview)
         _check_world(cfg, args)
@@ -186,8 +183,7 @@ def resolved_dict(run: ResolvedRun) -> dict[str, Any]:
     for name in ("inference", "trainer"):  # a GPU count is a request only as the user states it (plan.gpus_asked)
         if "gpus" not in getattr(run.cfg, name).model_fields_set:
             d[name].pop("gpus", None)
-    user = {k: v for k, v in run.cfg.trainer.args.items()}
-    d["trainer"]["args"] = resolved_trainer_args(run.args, user)
+    d["trainer"]["args"] = resolved_trainer_args(run.args, run.cfg.trainer.args)
     return d
 
 

@@ -107,13 +107,13 @@ class EvalEnvSection(Section):
     api: Literal["auto", "classic", "v1"] = Field("auto", description="as [env] api")
     path: str | None = Field(None, description=ENV_PATH_DOC)
     num_examples: int | None = Field(None, description="eval prompts (-1: all); default: [eval].num_examples")
-    rollouts_per_example: int | None = Field(None, description="default: [eval].rollouts_per_example")
+    rollouts_per_example: int | None = Field(None, ge=1, description="default: [eval].rollouts_per_example")
 
 
 class EvalSection(Section):
     """Held-out eval of the starting policy and of the trained one on the same examples, and every `interval`."""
     num_examples: int = Field(256, description="eval prompts per env (-1: the whole eval split)")
-    rollouts_per_example: int = Field(1, description="rollouts per eval prompt")
+    rollouts_per_example: int = Field(1, ge=1, description="rollouts per eval prompt")
     temperature: float | None = Field(None, description="default: the training temperature")
     before: bool = Field(True, description="evaluate the starting policy before RL (a resumed run does not again)")
     after: bool = Field(True, description="evaluate the trained policy after RL (with the paired gain)")

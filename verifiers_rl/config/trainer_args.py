@@ -53,49 +53,53 @@ def _own_fields(cls: type) -> list[str]:
             for n in c.__dict__.get("__annotations__", {})]
 
 
-def _info(names: list[str], own: list[str], types: dict[str, Any], defaults: dict[str, Any], helps: dict[str, str],
-          scheduler_type: Any) -> RLFieldInfo:
+def _info(fields: dict[str, Any], own: list[str], scheduler_type: Any) -> RLFieldInfo:
+    """RLFieldInfo from the fields (name -> SourceField) in declaration order."""
+    from verifiers_rl.config.hf_fields import UNREAD
+
+    types = {n: f.type for n, f in fields.items()}
     types.update({k: v for k, v in _FIXED_TYPES.items() if k in types})
     if "lr_scheduler_type" in types:  # annotated str by RLConfig; its values are transformers' SchedulerType's
         types["lr_scheduler_type"] = scheduler_type | str
+    helps = {n: f.help for n, f in fields.items()}
     if "resume_from_checkpoint" in helps:  # transformers': "not directly used by Trainer"; vf-rl resumes with it
         from verifiers_rl.trainer.checkpoints import RESUME_HELP
 
         helps["resume_from_checkpoint"] = RESUME_HELP
-    return RLFieldInfo(names=names, own=[n for n in own if n in types], types=types, defaults=defaults, help=helps)
+    defaults = {n: f.default for n, f in fields.items() if f.default not in (UNREAD, dataclasses.MISSING)}
+    return RLFieldInfo(names=list(fields), own=[n for n in own if n in types], types=types, defaults=defaults,
+                       help=helps)
+
+
+def _declared(cls: type, hints: dict[str, Any]) -> dict[str, Any]:
+    """A dataclass's init fields as SourceFields (name -> field)."""
+    from verifiers_rl.config.hf_fields import SourceField
+    from verifiers_rl.trainer.config_fields import field_default
+
+    return {f.name: SourceField(f.name, hints.get(f.name, Any), field_default(f), str(f.metadata.get("help", "")))
+            for f in dataclasses.fields(cls) if f.init}
 
 
 def _info_from_source(source: Any) -> RLFieldInfo:
-    from verifiers_rl.config.hf_fields import UNREAD
-    from verifiers_rl.trainer.config_fields import RLFields, field_default
+    from verifiers_rl.trainer.config_fields import RLFields
 
-    hints = typing.get_type_hints(RLFields)
-    ours = [f for f in dataclasses.fields(RLFields) if f.init]
-    types = {s.name: s.type for s in source}
-    defaults = {s.name: s.default for s in source if s.default is not UNREAD}
-    helps = {s.name: s.help for s in source}
-    scheduler = next((a for a in typing.get_args(types.get("lr_scheduler_type")) if a is not str), str)
-    names = [s.name for s in source] + [f.name for f in ours if f.name not in types]
-    for f in ours:
-        types[f.name] = hints.get(f.name, Any)
-        defaults[f.name] = field_default(f)
-        helps[f.name] = str(f.metadata.get("help", ""))
-    return _info(names, _own_fields(RLFields), types, defaults, helps, scheduler)
+    fields = {s.name: s for s in source}
+    hf_scheduler = fields["lr_scheduler_type"].type if "lr_scheduler_type" in fields else None
+    scheduler = next((a for a in typing.get_args(hf_scheduler) if a is not str), str)
+    fields.update(_declared(RLFields, typing.get_type_hints(RLFields)))  # ours win, in transformers' order
+    return _info(fields, _own_fields(RLFields), scheduler)
 
 
 def _info_from_class() -> RLFieldInfo:
     from transformers.trainer_utils import SchedulerType
 
-    from verifiers_rl.trainer.config import RLConfig, field_default
+    from verifiers_rl.trainer.config import RLConfig
 
     try:
         hints = typing.get_type_hints(RLConfig)
     except Exception:  # pragma: no cover - an annotation that cannot be evaluated: check nothing
         hints = {}
-    fields = [f for f in dataclasses.fields(RLConfig) if f.init]
-    defaults = {f.name: d for f in fields if (d := field_default(f)) is not dataclasses.MISSING}
-    return _info([f.name for f in fields], _own_fields(RLConfig), {f.name: hints.get(f.name, Any) for f in fields},
-                 defaults, {f.name: str(f.metadata.get("help", "")) for f in fields}, SchedulerType)
+    return _info(_declared(RLConfig, hints), _own_fields(RLConfig), SchedulerType)
 
 
 def check_trainer_args(args: dict[str, Any]) -> None:

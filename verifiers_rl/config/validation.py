@@ -79,15 +79,11 @@ def _cross_checks(cfg: RunConfig) -> None:
     if ev is not None:
         if ev.interval is not None and ev.interval < 1:
             raise ConfigError(f"eval.interval: {ev.interval} must be >= 1 (or \"None\": never)")
-        if ev.rollouts_per_example < 1:
-            raise ConfigError(f"eval.rollouts_per_example: {ev.rollouts_per_example} must be >= 1")
         if ev.num_examples == 0 or ev.num_examples < -1:
             raise ConfigError(f"eval.num_examples: {ev.num_examples} must be >= 1 or -1 (all)")
         if ev.temperature is not None and ev.temperature < 0:
             raise ConfigError(f"eval.temperature: {ev.temperature} must be >= 0 (0: greedy)")
         for i, e in enumerate(ev.env):
-            if e.rollouts_per_example is not None and e.rollouts_per_example < 1:
-                raise ConfigError(f"eval.env.{i}.rollouts_per_example: {e.rollouts_per_example} must be >= 1")
             if e.num_examples is not None and (e.num_examples == 0 or e.num_examples < -1):
                 raise ConfigError(f"eval.env.{i}.num_examples: {e.num_examples} must be >= 1 or -1 (all)")
         names = [e.name or e.id.split("/")[-1] for e in ev.env]
