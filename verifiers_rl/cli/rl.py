@@ -269,29 +269,17 @@ def cmd_list(argv: list[str]) -> int:
     pos, _ = _opts(argv, {})
     root = pos[0] if pos else DEFAULT_ROOT
     rows = run_rows(root)
-    if not rows:
-        print(f"no runs under {root}/")
-        return 0
-    print(format_rows(rows))
+    print(format_rows(rows) if rows else f"no runs under {root}/")
     return 0
 
 
-def _run_dir(spec: str) -> Path:
-    from verifiers_rl.runs import RunError, resolve_run_dir
-
-    try:
-        return resolve_run_dir(spec)
-    except RunError as e:
-        fail(str(e))
-
-
 def cmd_logs(argv: list[str]) -> int:
-    from verifiers_rl.runs import follow, is_running, read_run, tail_lines
+    from verifiers_rl.runs import follow, is_running, read_run, resolve_run_dir, tail_lines
 
     pos, opts = _opts(argv, {"--follow": False, "-f": False, "--process": True, "-n": True})
     if len(pos) != 1:
         fail("usage: vf-rl logs RUN [--follow] [--process trainer|inference|launcher] [-n LINES]")
-    d = _run_dir(pos[0])
+    d = resolve_run_dir(pos[0])
     name = opts.get("--process", "trainer")
     path = d / "logs" / f"{name}.log"
     n = opts.get("-n")
@@ -313,35 +301,26 @@ def cmd_logs(argv: list[str]) -> int:
 
 
 def cmd_stop(argv: list[str]) -> int:
-    from verifiers_rl.runs import RunError, read_run, stop_run
+    from verifiers_rl.runs import read_run, resolve_run_dir, stop_run
 
     pos, _ = _opts(argv, {})
     if len(pos) != 1:
         fail("usage: vf-rl stop RUN")
-    d = _run_dir(pos[0])
-    rec = read_run(d) or {}
-    try:
-        was_running, status = stop_run(d)
-    except RunError as e:
-        fail(str(e))
-    if was_running:
-        print(f"stopped run {rec.get('name', d.name)} ({d})")
-    else:
-        print(f"run {rec.get('name', d.name)} is not running ({status})")
+    d = resolve_run_dir(pos[0])
+    name = (read_run(d) or {}).get("name", d.name)
+    was_running, status = stop_run(d)
+    print(f"stopped run {name} ({d})" if was_running else f"run {name} is not running ({status})")
     return 0
 
 
 def cmd_delete(argv: list[str]) -> int:
-    from verifiers_rl.runs import RunError, delete_run
+    from verifiers_rl.runs import delete_run, resolve_run_dir
 
     pos, opts = _opts(argv, {"--force": False})
     if len(pos) != 1:
         fail("usage: vf-rl delete RUN [--force]")
-    d = _run_dir(pos[0])
-    try:
-        delete_run(d, force=bool(opts.get("--force")))
-    except RunError as e:
-        fail(str(e))
+    d = resolve_run_dir(pos[0])
+    delete_run(d, force=bool(opts.get("--force")))
     print(f"deleted {d}")
     return 0
 
@@ -351,7 +330,9 @@ def cmd_plot(argv: list[str]) -> int:
     if len(pos) != 1:
         fail("usage: vf-rl plot RUN [--output FILE.png]")
     # any output dir with metrics works, vf-rl's or a notebook RLTrainer's
-    d = Path(pos[0]) if (Path(pos[0]) / "metrics.jsonl").exists() else _run_dir(pos[0])
+    from verifiers_rl.runs import resolve_run_dir
+
+    d = Path(pos[0]) if (Path(pos[0]) / "metrics.jsonl").exists() else resolve_run_dir(pos[0])
     if not (d / "metrics.jsonl").exists():
         fail(f"{d} has no metrics.jsonl yet: nothing to plot")
     from verifiers_rl.plots import plot_run
@@ -375,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"init": cmd_init, "list": cmd_list, "logs": cmd_logs, "stop": cmd_stop, "delete": cmd_delete,
                 "plot": cmd_plot}
     if sub in commands:
-        return commands[sub](argv[1:])
+        from verifiers_rl.runs import RunError
+
+        try:
+            return commands[sub](argv[1:])
+        except RunError as e:  # an unknown run, a running one deleted without --force
+            fail(str(e))
     if sub.startswith("@") or sub.startswith("--") or sub.startswith("-e") or sub.endswith(".toml"):
         return cmd_run(argv, real_process=real_process)
     import difflib

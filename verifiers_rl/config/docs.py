@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
@@ -38,27 +38,21 @@ def _default(value: Any) -> str:
     return f"{value}" if not hasattr(value, "value") else f'"{value.value}"'
 
 
+def _table(rows: Iterable[tuple[str, Any, Any, str]]) -> str:
+    """A markdown table of (key, type annotation, default, meaning) rows."""
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|"] + [
+        f"| `{key}` | {_cell(describe_type(typ))} | {_cell(_default(default))} | {_cell(meaning)} |"
+        for key, typ, default, meaning in rows])
+
+
 def section_table(model: type[BaseModel], prefix: str) -> str:
-    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for name, f in model.model_fields.items():
-        if f.default_factory is not None:
-            default = _default(f.default_factory())  # type: ignore[call-arg]
-        else:
-            default = _default(f.default)
-        ann = f.annotation
-        typ = "table" if isinstance(ann, type) and issubclass(ann, BaseModel) else describe_type(ann)
-        rows.append(f"| `{prefix}{name}` | {_cell(typ)} | {_cell(default)} | {_cell(f.description or '')} |")
-    return "\n".join(rows)
+    return _table((f"{prefix}{name}", f.annotation, f.default if f.default_factory is None else f.default_factory(),
+                   f.description or "") for name, f in model.model_fields.items())
 
 
 def rl_table(names: list[str]) -> str:
     info = rl_field_info()
-    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for n in names:
-        d = info.defaults.get(n, "required")
-        rows.append(f"| `{n}` | {_cell(describe_type(info.types[n]))} | {_cell(_default(d))} | "
-                    f"{_cell(info.help.get(n, ''))} |")
-    return "\n".join(rows)
+    return _table((n, info.types[n], info.defaults.get(n, "required"), info.help.get(n, "")) for n in names)
 
 
 CONFIG_INTRO = """\

@@ -223,16 +223,12 @@ def _gate(source: dict[str, Any], where: str) -> bool:
     return bool(gates)
 
 
-def _train_sources(r: _Reader, o: Translation) -> tuple[list[dict[str, Any]], Any]:
+def _train(r: _Reader, o: Translation) -> None:
     sources = r.take("orchestrator.train.source") or []
     if not isinstance(sources, list) or not sources:
         raise ConfigError("orchestrator.train.source: required key is missing (at least one "
                           "[[orchestrator.train.source]] with env.taskset.id)")
-    return sources, r.table("orchestrator.renderer") or None
-
-
-def _train(r: _Reader, o: Translation) -> None:
-    sources, renderer = _train_sources(r, o)
+    renderer = r.table("orchestrator.renderer") or None
     _algo(r, sources, o)
     group = r.take("orchestrator.group_size", PRIME_RL_DEFAULTS["group_size"])
     shared = _sampling(r.table("orchestrator.train.sampling"), "orchestrator.train.sampling")
@@ -425,7 +421,7 @@ def _deprecated(r: _Reader, o: Translation) -> None:
         if key not in ("online_difficulty_filtering", "easy_threshold", "hard_threshold", "easy_fraction",
                        "hard_fraction", "seed"):
             raise ConfigError(f"orchestrator.buffer.{key}: not supported by the local trainer")
-        o.arg(key if key != "seed" else "seed", value, f"orchestrator.buffer.{key}")
+        o.arg(key, value, f"orchestrator.buffer.{key}")
 
 
 def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:

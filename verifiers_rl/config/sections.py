@@ -230,6 +230,7 @@ def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: s
     key = prefix + ".".join(path) if path else prefix.rstrip(".")
     typ = e["type"]
     value = e.get("input")
+    expected = describe_type(ann) if ann is not None else e["msg"]
     if typ == "extra_forbidden":
         close = close_match(str(loc[-1]), siblings)
         hint = f" (did you mean {prefix}{'.'.join([*path[:-1], close])}?)" if close else ""
@@ -237,7 +238,6 @@ def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: s
     if typ == "missing":
         return f"{key}: required key is missing"
     if typ == "literal_error":
-        expected = describe_type(ann) if ann is not None else e["msg"]
         return f"{key}: {value!r} is not {expected}"
     if typ in _BOUNDS:  # Field(ge=..., gt=...): the value has the right type, the wrong size
         op, bound = _BOUNDS[typ]
@@ -245,7 +245,4 @@ def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: s
     if typ in ("value_error", "assertion_error"):
         msg = e["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         return f"{key}: {msg}" if key else msg
-    expected = describe_type(ann) if ann is not None else e["msg"]
-    if not key:
-        return e["msg"]
-    return f"{key}: expected {expected}, got {value!r}"
+    return f"{key}: expected {expected}, got {value!r}" if key else e["msg"]

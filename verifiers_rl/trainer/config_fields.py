@@ -6,7 +6,7 @@ and rules, without transformers: `RLFields`. `RLConfig` (trainer/config.py) is `
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any
 
 from verifiers_rl.errors import SettingError
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
@@ -35,7 +35,6 @@ TRL_NAMES = {
     "num_iterations": "nothing: each batch of rollouts is one optimizer step",
     "log_completions": "sample_log_interval", "reward_weights": "the environment rubric's weights",
 }
-_Settings = TypeVar("_Settings")
 
 
 def _setting(source: type, name: str) -> Any:
@@ -476,10 +475,7 @@ class RLFields(CheckpointSettings):
 
     def buffer_config(self) -> BufferConfig:
         """The difficulty buffer's settings (``BufferConfig``) as this run sets them."""
-        return self._settings(BufferConfig)
-
-    def _settings(self, source: type[_Settings]) -> _Settings:
-        return source(**{f.name: getattr(self, f.name) for f in fields(source)})  # type: ignore[arg-type]
+        return BufferConfig(**{f.name: getattr(self, f.name) for f in fields(BufferConfig)})
 
     def sampling_args(self, *, for_eval: bool = False, prompt_len: int | None = None) -> dict[str, Any]:
         """Sampling parameters for an OpenAI-compatible chat-completions request (``trainer/sampling.py``):
