@@ -97,7 +97,9 @@ def evaluate(args: argparse.Namespace) -> int:
     try:
         states = asyncio.run(_run(env, client, model_name, args, sampling, console))
     finally:
-        _close_v1(env)
+        from verifiers_rl.launching.pipeline import close_v1_envs
+
+        close_v1_envs([env])
 
     from verifiers_rl.evaluation import all_errored, completion_length, errors_line, summarize, write_jsonl
 
@@ -191,13 +193,6 @@ def _check_judges(env, env_id: str, client, model_name: str, engine, console) ->
                      lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
     except RubricSetupError as e:
         fail(str(e))
-
-
-def _close_v1(env) -> None:
-    from verifiers_rl.v1.environment import V1Environment
-
-    if isinstance(env, V1Environment):  # its env.serving() (harness processes) and the policy's HTTP endpoint
-        env.close()
 
 
 async def _run(env, client, model_name, args, sampling, console):

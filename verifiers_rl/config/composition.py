@@ -34,12 +34,10 @@ def normalize_wandb(raw: dict[str, Any], hosted: bool) -> dict[str, Any]:
         if "wandb" in raw:
             raw["wandb"] = _wandb_value(raw["wandb"])
         return raw
-    trainer = dict(raw.get("trainer") or {}) if isinstance(raw.get("trainer", {}), dict) else raw.get("trainer")
-    if not isinstance(trainer, dict):
-        return raw
-    args = dict(trainer.get("args") or {}) if isinstance(trainer.get("args", {}), dict) else None
-    if args is None:
-        return raw
+    if not isinstance(raw.get("trainer", {}), dict) or not isinstance((raw.get("trainer") or {}).get("args", {}), dict):
+        return raw  # the schema reports the type error
+    trainer = dict(raw.get("trainer") or {})
+    args = dict(trainer.get("args") or {})
     if "wandb" in raw:
         top = _wandb_value(raw.pop("wandb"))
         inner = args.get("wandb")

@@ -118,19 +118,25 @@ def _annotation(node: ast.expr, path: Path, classes: dict[str, Any]) -> Any:
     return eval(compile(ast.Expression(node), str(path), "eval"), {"__builtins__": {}}, scope)  # noqa: S307
 
 
+def _field_kwargs(value: ast.expr | None) -> dict[str, ast.expr] | None:
+    """The keyword arguments of a `field(...)` default; None for a plain default."""
+    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field"):
+        return {k.arg: k.value for k in value.keywords if k.arg}
+    return None
+
+
 def _default(value: ast.expr | None, classes: dict[str, Any]) -> Any:
     """The field's default as TOML would spell it (an enum member: its value); UNREAD for what is not a literal
     (`optim`'s default depends on the torch version)."""
-    call = value if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field") else None
-    if call is not None:
-        kw = {k.arg: k.value for k in call.keywords}
+    kw = _field_kwargs(value)
+    if kw is not None:
         if "default_factory" in kw:
             factory = kw["default_factory"]
             empty = {"list": [], "dict": {}}.get(ast.unparse(factory))
             return empty if empty is not None else _default(getattr(factory, "body", None), classes)
         value = kw.get("default")
     if value is None:
-        return None if call is None else UNREAD  # a field(default_factory=f) whose f this does not read
+        return None if kw is None else UNREAD  # a field(default_factory=f) whose f this does not read
     try:
         return ast.literal_eval(value)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -142,23 +148,14 @@ def _default(value: ast.expr | None, classes: dict[str, Any]) -> Any:
 
 
 def _help(value: ast.expr | None) -> str:
-    if not (isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field")):
-        return ""
-    meta = next((k.value for k in value.keywords if k.arg == "metadata"), None)
-    if not isinstance(meta, ast.Dict):
-        return ""
-    for key, item in zip(meta.keys, meta.values):
-        if isinstance(key, ast.Constant) and key.value == "help":
-            return _str_value(item) or ""
-    return ""
+    meta = (_field_kwargs(value) or {}).get("metadata")
+    items = zip(meta.keys, meta.values) if isinstance(meta, ast.Dict) else ()
+    return next((_str_value(v) or "" for k, v in items if isinstance(k, ast.Constant) and k.value == "help"), "")
 
 
 def _init_field(value: ast.expr | None) -> bool:
-    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field"):
-        for k in value.keywords:
-            if k.arg == "init":
-                return not (isinstance(k.value, ast.Constant) and k.value.value is False)
-    return True
+    init = (_field_kwargs(value) or {}).get("init")
+    return not (isinstance(init, ast.Constant) and init.value is False)
 
 
 @functools.lru_cache(maxsize=1)

@@ -64,13 +64,9 @@ def _check_resume(args: Any) -> None:
 
 def map_origin(message: str, origin: dict[str, str]) -> str:
     """Rename the leading key of an error by where it came from in a hosted-format config."""
-    if not origin:
-        return message
     key, sep, rest = message.partition(":")
-    if not sep:
-        return message
     best = max((p for p in origin if key == p or key.startswith(p + ".")), key=len, default=None)
-    if best is None:
+    if not sep or best is None:
         return message
     new_key = origin[best] + key[len(best):]
     if rest.strip() == "unknown key" or rest.startswith(" unknown key"):

@@ -35,21 +35,20 @@ def _periodic_eval_callback(trainer: Any, evals: list[EvalSpec], interval: int,
 
 def _tiny_model(cfg: RunConfig, console: Any) -> str | None:
     """[tiny_model]: build it unless its directory has one; the model to train (cfg.model wins)."""
-    model = cfg.model
-    if cfg.tiny_model is not None:
-        tm = cfg.tiny_model
-        path = Path(tm.path)
-        if not (path / "config.json").exists():
-            from verifiers_rl.models.tiny import build_tiny_model
+    tm = cfg.tiny_model
+    if tm is None:
+        return cfg.model
+    path = Path(tm.path)
+    if (path / "config.json").exists():
+        console.print(f"tiny model: using {path}")
+    else:
+        from verifiers_rl.models.tiny import build_tiny_model
 
-            build_tiny_model(path, num_layers=tm.layers, hidden_size=tm.hidden, num_heads=tm.heads,
-                             num_kv_heads=tm.kv_heads, intermediate_size=tm.intermediate,
-                             tie_word_embeddings=tm.tie_embeddings, seed=tm.seed)
-            console.print(f"tiny model: built in {path}")
-        else:
-            console.print(f"tiny model: using {path}")
-        model = model or str(path)
-    return model
+        build_tiny_model(path, num_layers=tm.layers, hidden_size=tm.hidden, num_heads=tm.heads,
+                         num_kv_heads=tm.kv_heads, intermediate_size=tm.intermediate,
+                         tie_word_embeddings=tm.tie_embeddings, seed=tm.seed)
+        console.print(f"tiny model: built in {path}")
+    return cfg.model or str(path)
 
 
 def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any]]:
@@ -202,7 +201,7 @@ def _eval_after(trainer: Any, evals: list[EvalSpec], sampling: Any, console: Any
         _record_eval(trainer, name, a, "after")
 
 
-def _close_v1_envs(envs: list[Any]) -> None:
+def close_v1_envs(envs: list[Any]) -> None:
     """v1 environments hold their `env.serving()` (harness processes) and an HTTP endpoint open: end them."""
     from verifiers_rl.v1.environment import V1Environment
 
@@ -303,7 +302,7 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
         _eval_after(trainer, evals, sampling, console, result, before)
         _replot(args.output_dir, trainer)
     trainer.close()  # the orchestrator, and any server it started
-    _close_v1_envs([*sub_envs, *(e for _, e, _, _ in evals)])
+    close_v1_envs([*sub_envs, *(e for _, e, _, _ in evals)])
     result["total_seconds"] = time.perf_counter() - t_start
     console.print(f"done in {result['total_seconds']:.0f} s (RL {result['rl_seconds']:.0f} s); "
                   f"checkpoints in {args.output_dir}")

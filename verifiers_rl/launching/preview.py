@@ -84,19 +84,19 @@ def _with_parent_devices(fn: Callable[[], Any]) -> Any:
     """Run `fn` with the caller's CUDA_VISIBLE_DEVICES back in place (the dry run blanked it for itself)."""
     if PARENT_DEVICES not in os.environ:
         return fn()
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-    parent = os.environ[PARENT_DEVICES]
+    hidden, parent = os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ[PARENT_DEVICES]
     try:
-        if parent == "<unset>":
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = parent
+        _set_devices(None if parent == "<unset>" else parent)
         return fn()
     finally:
-        if hidden is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = hidden
+        _set_devices(hidden)
+
+
+def _set_devices(value: str | None) -> None:
+    if value is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = value
 
 
 def preview_lines(resolved: Any, gpus: int, gpu_memory_gb: float | None = None,

@@ -14,10 +14,6 @@ from typing import Any
 WANDB_KEYS = ("project", "entity", "name")
 
 
-def _is_none_report(report_to: Any) -> bool:
-    return report_to is None or report_to == "none" or report_to == ["none"] or report_to == []
-
-
 def wandb_problem(wandb: Any) -> str | None:
     """One line saying what is wrong with a `wandb` table, or None."""
     if wandb is None:
@@ -44,7 +40,7 @@ def resolve_run_settings(cfg: Any) -> None:
         cfg.output_dir = os.path.join("outputs", cfg.run_name)
     if cfg.wandb is None:
         return
-    if _is_none_report(cfg.report_to):
+    if cfg.report_to in (None, "none", ["none"], []):
         cfg.report_to = ["wandb"]
     else:
         current = [cfg.report_to] if isinstance(cfg.report_to, str) else list(cfg.report_to)
