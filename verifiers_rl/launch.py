@@ -1,15 +1,6 @@
-"""What `vf-rl @ config.toml` launches, and the processes it runs (the pieces live in verifiers_rl.launching).
-
-- `plan_launch(cfg, gpu_count())` (verifiers_rl/plan/launch.py): the run against this machine, decided once (no GPU:
-  CPU + local engine; fewer GPUs than asked: one-line error): inference, weight transfer, GPUs, the training
-  processes and their launcher, the vLLM server's settings. `build_processes` (launching/planning.py) turns it into
-  the trainer process (`python -m verifiers_rl.launch worker <output_dir>/configs/rl.toml`); `prepare_launch`
-  (launching/prepare.py) writes configs/rl.toml, configs/plan.json, configs/launch.json, run.json.
-- `supervise(output_dir)` (launching/supervisor.py): starts them, tees the trainer's output to the console and
-  `logs/trainer.log`, keeps `run.json` current, and on Ctrl-C / SIGTERM stops every child (SIGTERM to each child's
-  process group, SIGKILL after 8 s).
-- `run(cfg, rl_kwargs, console)` (launching/pipeline.py): the trainer process: tiny model → SFT warm-up → eval → RL →
-  eval.
+"""What `vf-rl @ config.toml` launches (the pieces live in verifiers_rl.launching, whose __init__ lists them): the
+plan (`plan_launch`), the files a launch writes (`prepare_launch`), the supervisor (`supervise`) and the trainer
+process (`worker_main`, which runs `launching.pipeline.run`).
 """
 
 from __future__ import annotations

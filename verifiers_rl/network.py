@@ -11,11 +11,12 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
+from verifiers_rl.verbosity import env_flag
+
 PROBE_TIMEOUT_S = 3.0
 SERVER_TIMEOUT_S = 10.0
 # Set by `go_offline_if_hub_unreachable` (inherited by the processes vf-rl starts): why we went offline.
 UNREACHABLE_ENV = "VF_HUB_UNREACHABLE"
-_TRUE = {"1", "true", "yes", "on"}
 
 
 def hub_url() -> str:
@@ -23,7 +24,7 @@ def hub_url() -> str:
 
 
 def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+    return env_flag("HF_HUB_OFFLINE")
 
 
 def _connect_error(url: str, timeout: float) -> str | None:

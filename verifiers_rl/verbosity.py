@@ -12,8 +12,13 @@ VERBOSE_ENV = "VF_VERBOSE"  # 1: keep the libraries' weight-loading / shard-writ
 _TRUE = {"1", "true", "yes", "on"}
 
 
+def env_flag(name: str) -> bool:
+    """An environment variable set to a true value (1, true, yes, on)."""
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
 def debug() -> bool:
-    return os.environ.get(DEBUG_ENV, "").strip().lower() in _TRUE
+    return env_flag(DEBUG_ENV)
 
 
 def take_debug_flag(argv: list[str]) -> list[str]:
@@ -25,7 +30,7 @@ def take_debug_flag(argv: list[str]) -> list[str]:
 
 def quiet_library_bars() -> None:
     """transformers' "Loading weights" / "Writing model shards" bars off unless VF_VERBOSE=1 (download bars stay)."""
-    if os.environ.get(VERBOSE_ENV, "").strip().lower() in _TRUE:
+    if env_flag(VERBOSE_ENV):
         return
     from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
     from transformers.utils import logging as hf_logging
@@ -39,7 +44,7 @@ def quiet_library_bars() -> None:
 def quiet_bars_begin() -> bool | None:
     """Scoped quiet_library_bars for library calls (a notebook's process is the user's): returns what to pass to
     quiet_bars_end, which puts transformers' bars back as they were."""
-    if os.environ.get(VERBOSE_ENV, "").strip().lower() in _TRUE:
+    if env_flag(VERBOSE_ENV):
         return None
     from transformers.utils import logging as hf_logging
 

@@ -33,8 +33,6 @@ def _default(value: Any) -> str:
         return f'"{value}"' if value else '""'
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, (list, dict)) and not value:
-        return "[]" if isinstance(value, list) else "{}"
     return f"{value}" if not hasattr(value, "value") else f'"{value.value}"'
 
 

@@ -1,13 +1,9 @@
-"""Hosted-training configs (the `prime rl` format) translated to the same `vf-rl` run.
-
-A config is in the hosted format when it has one of the hosted-only top-level keys (`max_steps`, `batch_size`,
-`[sampling]`, `[val]`, `[buffer]`, `[wandb]`, ...) or an `[[env]]` list whose entries have no `ratio`, and none of
-the vf-rl sections (`[trainer]`, `[inference]`, `[tiny_model]`, `[warmup]`). Where the two hosted docs disagree the
-newer one wins: `max_steps` 100, `batch_size` 128, `rollouts_per_example` 8 by default.
+"""Hosted-training configs (the retired `prime rl` format; `prime train`'s is config/prime_train.py) translated to
+the same `vf-rl` run. Detection and defaults: docs/hosted.md, generated from `MAPPING`.
 
 `translate(raw)` returns the vf-rl raw config and `origin`, a map from vf-rl key paths to the hosted keys they came
 from, so an error found later (e.g. `trainer.args.temperature`) names the key the user wrote
-(`sampling.temperature`). `MAPPING` is the field-by-field table in docs/hosted.md.
+(`sampling.temperature`).
 """
 
 from __future__ import annotations

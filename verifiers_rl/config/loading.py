@@ -1,16 +1,6 @@
-"""TOML loading for `vf-rl`: `@ a.toml @ b.toml` deep-merge left to right, then `--section.key VALUE`
-overrides (kebab-case), `--flag` / `--no-flag` for booleans, JSON for tables and lists, "None" for None.
-
-Rules (tested in tests/test_cli_config.py):
-- files merge left to right: tables merge key by key, everything else (lists included) is replaced;
-- `--a.b-c VALUE` sets `a.b_c` (kebab or snake case); VALUE is parsed as JSON when it is JSON
-  (`5`, `1e-5`, `true`, `[1, 2]`, `{"k": 1}`), else kept as a string; a JSON table merges into a table;
-- `--a.flag` alone is `true`, `--a.no-flag` / `--no-a.flag` is `false`;
-- `"None"` (in TOML or on the command line) is None;
-- `--env.0.id x` indexes a list (and appends when the index is the list's length);
-- `env_file` paths load relative to the file that names them, and so do `[env] path` / `[[eval.env]] path`;
-- `--trainer @ trainer.toml` (a key followed by `@ file`): that file is the `trainer` table, merged in file order;
-- `-e VAR[=value]` / `--wandb-api-key KEY`: variables for the run's environment (never written anywhere).
+"""TOML loading for `vf-rl`: `@ a.toml @ b.toml` deep-merged left to right, then `--section.key VALUE` overrides,
+`--trainer @ trainer.toml` scoped files and `-e VAR[=value]` / `--wandb-api-key KEY` (never written anywhere). The
+rules: docs/configuration.md#loading-rules (tested in tests/test_cli_config.py).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""`prime train` configs (prime-rl's RL config) translated to the same `vf-rl` run.
-
-The prime CLI's `prime train config.toml` ships prime-rl's own RL config to hosted training as it is (the retired
-`prime rl` format, a top-level `model = "..."` and `[[env]]`, is `config/hosted.py`). Such a config is recognised by
-its `[orchestrator]` table, which prime-rl requires and vf-rl never has. The keys that decide what is learned (model,
-steps, batch, sampling, the v1 env blocks, the algorithm and its teacher, optimizer, LoRA, eval, W&B, checkpoints)
-map onto vf-rl keys (`prime_train_table.RULES`, the table in docs/hosted.md); the keys that size or place the hosted
-deployment (`IGNORED`) are set aside with one line naming them; any other key is an error naming it. prime-rl's
-defaults apply where the config is silent (lr 1e-6, weight decay 0.01, batch 128, LoRA rank 16, full fine-tuning
-without `[trainer.model.lora]`).
+"""`prime train` configs (prime-rl's RL config, recognised by its `[orchestrator]` table, which vf-rl never has)
+translated to the same `vf-rl` run. The keys that decide what is learned map onto vf-rl keys
+(`prime_train_table.RULES`, the table in docs/hosted.md); the keys that size or place the hosted deployment
+(`IGNORED`) are set aside with one line naming them; any other key is an error naming it; prime-rl's defaults apply
+where the config is silent (`PRIME_RL_DEFAULTS`).
 
 `translate(raw)` returns the vf-rl raw config and `origin` (vf-rl key path → prime-rl key path), so an error found
 later names the key the user wrote.

@@ -1,13 +1,6 @@
-"""The `vf-rl` config schema (pydantic, unknown keys forbidden) and its resolution into a run.
-
-Sections: `model`, `env_file`, `[tiny_model]` (build an offline tiny model), `[warmup]` (SFT before RL), `[env]`
-(or `[[env]]`), `[inference]`, `[trainer]` (`args` → RLConfig), `[eval]` (held-out eval before/after RL, and every
-`interval` steps, on `[[eval.env]]`). A hosted-format config (`prime rl`: top-level `max_steps`, `[sampling]`,
-`[[env]]`, ...) is translated first (`verifiers_rl.config.hosted`).
-
-Every mistake is a `ConfigError` whose message is one line starting with the key path: unknown keys (with the
-closest valid key), wrong types (key, value given, type expected), missing keys, incompatible combinations
-(RLConfig's own checks, mapped to `trainer.args.<field>`), env ids that cannot be loaded.
+"""The `vf-rl` config schema (pydantic, unknown keys forbidden) and its resolution into a run: every name of the
+config layer, importable from here. Every mistake is a `ConfigError` whose message is one line starting with the
+key path (docs/configuration.md#errors).
 """
 
 from __future__ import annotations

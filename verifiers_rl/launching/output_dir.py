@@ -15,11 +15,8 @@ from verifiers_rl.trainer.checkpoints import used_by
 
 def _inputs(cfg: Any) -> list[Path]:
     """Paths the run reads that may sit inside its output dir (kept by a clean)."""
-    paths = [getattr(cfg, "model", None)]
-    if getattr(cfg, "tiny_model", None) is not None:
-        paths.append(cfg.tiny_model.path)
-    if getattr(cfg, "warmup", None) is not None:
-        paths.append(cfg.warmup.output_dir)
+    paths = [getattr(cfg, "model", None), getattr(getattr(cfg, "tiny_model", None), "path", None),
+             getattr(getattr(cfg, "warmup", None), "output_dir", None)]
     return [Path(p).resolve() for p in paths if isinstance(p, str) and Path(p).exists()]
 
 

@@ -27,19 +27,11 @@ class GPULayout:
         return {"CUDA_VISIBLE_DEVICES": visible_devices(self.inference)} if self.inference else {}
 
 
-def parent_devices(visible: str | None = None) -> list[str] | None:
-    """The launching process's visible devices as named in its `CUDA_VISIBLE_DEVICES` (None: unset, all GPUs in
-    order)."""
-    raw = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if raw is None:
-        return None
-    return [d.strip() for d in raw.split(",") if d.strip()]
-
-
 def visible_devices(positions: Any, visible: str | None = None) -> str:
     """A child's `CUDA_VISIBLE_DEVICES` for GPU `positions` of this process's visible list: the devices as the
-    parent names them (prime-rl and torchrun users expect the same)."""
-    names = parent_devices(visible)
+    parent names them (prime-rl and torchrun users expect the same); its own unset: all GPUs in order."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    names = None if raw is None else [d.strip() for d in raw.split(",") if d.strip()]
     out = []
     for pos in positions:
         if names is None:

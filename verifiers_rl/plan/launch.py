@@ -145,13 +145,13 @@ def _cpu_plan(cfg: Any, args: Any, backend: str, server_urls: list[str]) -> RunP
     backend = resolve_backend(backend, server_given=_server_given(cfg, server_urls))  # no server unasked on a CPU
     if server_urls and backend != "local":
         line = f"no GPU found: training on the CPU; inference: vLLM server(s) at {', '.join(server_urls)}"
-        return RunPlan([line], _inference(cfg, args, "vllm", server_urls, cuda=False, colocated=False))
-    if backend == "vllm":
+    elif backend == "vllm":
         line = ("no GPU found: training on the CPU; inference: a vLLM server on the CPU, started by the trainer "
                 "(inference.backend = 'vllm')")
-        return RunPlan([line], _inference(cfg, args, "vllm", [], cuda=False, colocated=False))
-    line = "no GPU found: running on the CPU with the local engine (in-process generation)"
-    return RunPlan([line], _inference(cfg, args, "local", [], cuda=False, colocated=False))
+    else:
+        backend, server_urls = "local", []
+        line = "no GPU found: running on the CPU with the local engine (in-process generation)"
+    return RunPlan([line], _inference(cfg, args, backend, server_urls, cuda=False, colocated=False))
 
 
 def _check_visible(cfg: Any, n_inf: int, n_tr: int, server_ids: list[int], trainer_ids: list[int],
