@@ -1,13 +1,7 @@
 """Python's cyclic garbage collector paused while a command imports and loads, then one collection of what that
-made.
-
-Importing torch, transformers, trl and an environment, and loading a model, creates some 500,000 long-lived
-objects. CPython 3.11 runs a full collection whenever the objects that survived its younger collections reach a
-quarter of those it holds already, so a command's start runs eight or more of them over a growing heap. Paused,
-the block's objects are collected once when it ends, as the youngest generations (the objects made in the block,
-not the whole heap). `vf-eval` of 512 rollouts on the tiny model, its collections timed with `gc.callbacks`
-(2026-11-30, two runs each): 2.6 s and 3.8 s of collection before, 1.0 s after. What runs afterwards (rollouts,
-steps) collects as usual, and training on the CPU leaves what exists when it starts out of its collections
+made: importing torch, transformers and an environment and loading a model makes some 500,000 long-lived objects,
+over which CPython 3.11 would otherwise run eight or more full collections (seconds of a command's start). What runs
+afterwards collects as usual; training on the CPU leaves what exists when it starts out of its collections
 (`frozen_heap`).
 """
 

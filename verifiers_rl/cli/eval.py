@@ -147,16 +147,14 @@ def _load(args: argparse.Namespace, env_args: dict, console: object) -> tuple:
     try:
         client, model_name, engine = resolve_model(args.model, args.base_url, args.api_key_var, endpoints=endpoints)
     except Exception as e:
+        from verifiers_rl.errors import ConfigError, ModelNotFoundError
+
         if network.is_hub_failure(e):
             fail(network.model_hub_message(args.model), code=1)
-        from verifiers_rl.errors import ConfigError
-
         if isinstance(e, ConfigError):  # configs/endpoints.py: an entry without a URL
             fail(str(e))
         if not isinstance(e, OSError):
             raise
-        from verifiers_rl.errors import ModelNotFoundError
-
         fail(str(e) if isinstance(e, ModelNotFoundError) else
              f"could not load model {args.model!r}: {str(e).splitlines()[0]}")
     if engine is None:  # a server: one request with a deadline before the rollouts, not a hang per rollout

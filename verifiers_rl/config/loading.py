@@ -204,8 +204,7 @@ def split_argv(argv: list[str]) -> tuple[list[Any], list[tuple[str, Any]], dict[
         if "=" in key:
             key, raw = key.split("=", 1)
             value = parse_value(raw)
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--") and argv[i + 1] != "@" \
-                and not (argv[i + 1].startswith("@") and len(argv[i + 1]) > 1):
+        elif i + 1 < len(argv) and not argv[i + 1].startswith(("--", "@")):
             value = parse_value(argv[i + 1])
             i += 1
         elif key.startswith("no-") or ".no-" in key:

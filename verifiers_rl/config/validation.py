@@ -79,13 +79,11 @@ def _cross_checks(cfg: RunConfig) -> None:
     if ev is not None:
         if ev.interval is not None and ev.interval < 1:
             raise ConfigError(f"eval.interval: {ev.interval} must be >= 1 (or \"None\": never)")
-        if ev.num_examples == 0 or ev.num_examples < -1:
-            raise ConfigError(f"eval.num_examples: {ev.num_examples} must be >= 1 or -1 (all)")
         if ev.temperature is not None and ev.temperature < 0:
             raise ConfigError(f"eval.temperature: {ev.temperature} must be >= 0 (0: greedy)")
-        for i, e in enumerate(ev.env):
-            if e.num_examples is not None and (e.num_examples == 0 or e.num_examples < -1):
-                raise ConfigError(f"eval.env.{i}.num_examples: {e.num_examples} must be >= 1 or -1 (all)")
+        for key, n in [("eval", ev.num_examples), *((f"eval.env.{i}", e.num_examples) for i, e in enumerate(ev.env))]:
+            if n is not None and (n == 0 or n < -1):
+                raise ConfigError(f"{key}.num_examples: {n} must be >= 1 or -1 (all)")
         names = [e.name or e.id.split("/")[-1] for e in ev.env]
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup:
