@@ -288,14 +288,13 @@ def cmd_logs(argv: list[str]) -> int:
     if not path.exists() and not (opts.get("--follow") or opts.get("-f")):
         have = sorted(p.stem for p in (d / "logs").glob("*.log")) if (d / "logs").is_dir() else []
         fail(f"{path}: no such log" + (f"; logs: {', '.join(have)}" if have else ""))
-    from_start = n is None
     if n is not None:
         for line in tail_lines(path, int(n)):
             print(line)
     if opts.get("--follow") or opts.get("-f"):
         with contextlib.suppress(KeyboardInterrupt):
-            follow(path, lambda: is_running(read_run(d)), sys.stdout, from_start=from_start)
-    elif from_start:
+            follow(path, lambda: is_running(read_run(d)), sys.stdout, from_start=n is None)
+    elif n is None:
         sys.stdout.write(path.read_text(errors="replace"))
     return 0
 

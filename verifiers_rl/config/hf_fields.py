@@ -64,9 +64,7 @@ def _imported_from(tree: ast.Module, path: Path, name: str) -> Path | str | None
             continue
         if node.level == 0:
             return node.module or ""
-        base = path.parent
-        for _ in range(node.level - 1):
-            base = base.parent
+        base = path.parents[node.level - 1]
         target = base.joinpath(*(node.module or "").split(".")) if node.module else base
         for candidate in (target.with_suffix(".py"), target / "__init__.py"):
             if candidate.is_file():
@@ -97,11 +95,8 @@ def _named_class(name: str, path: Path, hops: int = 0) -> Any:
             return type(name, (), {"__module__": source})
         return _named_class(name, source, hops + 1)
     if any(ast.unparse(b).endswith("Enum") for b in node.bases):
-        members = {}
-        for stmt in node.body:
-            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                    and _str_value(stmt.value) is not None):
-                members[stmt.targets[0].id] = _str_value(stmt.value)
+        members = {s.targets[0].id: _str_value(s.value) for s in node.body if isinstance(s, ast.Assign)
+                   and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) and _str_value(s.value) is not None}
         if not members:
             raise LookupError(name)
         return enum.Enum(name, members)  # type: ignore[misc]

@@ -163,9 +163,7 @@ def loss_types(mode: str | None = None) -> list[str]:
 
 
 def get_advantage(name: str) -> AdvantageSpec:
-    """The registered estimator ``name`` (``advantage_types.ADVANTAGES``), or an :class:`AdvantageSpec` outside the
-    package by import path (``"my_pkg.advantages:ADVANTAGE"``); anything else is one line listing the registered
-    ones."""
+    """As ``get_loss``, for ``advantage_types.ADVANTAGES`` (or ``"my_pkg.advantages:ADVANTAGE"``)."""
     return registered("advantage", name, ADVANTAGES, AdvantageSpec, "ADVANTAGE")
 
 
