@@ -31,6 +31,7 @@ from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages, State, TrajectoryStep
 from verifiers_rl.utils.data_utils import extract_boxed_answer
 from verifiers_rl.utils.response_utils import parse_response_message, parse_response_tokens
+from verifiers_rl.utils.usage_utils import extract_usage_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +52,6 @@ _COUNTERS = {"sub_llm_call_count": 0, "sub_llm_total_turns": 0, "sub_llm_prompt_
              "sub_llm_max_batch_size": 0, "sub_llm_mean_batch_size": 0.0, "main_rlm_turns": 0,
              "main_rlm_prompt_tokens": 0, "main_rlm_completion_tokens": 0, "repl_total_time_seconds": 0.0,
              "repl_call_count": 0, "repl_mean_time_seconds": 0.0, "root_tool_call_count": 0}
-
-
-def tokens_of(response: Any) -> tuple[int, int]:
-    """(prompt tokens, completion tokens) of a response's usage; zeros when it reports none."""
-    usage = response.get("usage") if isinstance(response, dict) else getattr(response, "usage", None)
-    if not usage:
-        return 0, 0
-    get = usage.get if isinstance(usage, dict) else (lambda k, d=0: getattr(usage, k, d))
-    return int(get("prompt_tokens", 0) or 0), int(get("completion_tokens", 0) or 0)
 
 
 def ensure_metric_state(state: State) -> None:
@@ -87,7 +79,7 @@ def record_step(state: State, step: Any) -> None:
     """Count one trajectory step (a main-model turn, or a sub-LLM turn by its extras) in the metrics."""
     ensure_metric_state(state)
     extras = step.get("extras") or {}
-    prompt_tokens, completion_tokens = tokens_of(step.get("response"))
+    prompt_tokens, completion_tokens = extract_usage_tokens(step.get("response"))
     if not extras.get("is_sub_llm_call"):
         state["main_rlm_turns"] += 1
         state["main_rlm_prompt_tokens"] += prompt_tokens
@@ -141,8 +133,8 @@ class RLMMonitorRubric(Rubric):
 
 
 def _result(content: str, turns: list, tool_calls: int, max_turns_reached: bool) -> dict[str, Any]:
-    prompt = sum(tokens_of(t["response"])[0] for t in turns)
-    completion = sum(tokens_of(t["response"])[1] for t in turns)
+    prompt = sum(extract_usage_tokens(t["response"])[0] for t in turns)
+    completion = sum(extract_usage_tokens(t["response"])[1] for t in turns)
     return {"final_content": content, "turns": turns, "total_prompt_tokens": prompt,
             "total_completion_tokens": completion, "tool_call_count": tool_calls, "num_turns": len(turns),
             "max_turns_reached": max_turns_reached}
@@ -178,24 +170,26 @@ class SubLLMMixin:
             logger.warning("Sub-LLM API call timed out after %ss", self.sub_llm_api_timeout)
             return None
 
-    def _sub_timeout_result(self, turns: list, tool_calls: int) -> dict[str, Any]:
-        return _result(f"Error: Sub-LLM API call timed out after {self.sub_llm_api_timeout}s", turns, tool_calls,
-                       True)
-
     async def _run_sub_llm(self, state: State, client: Any, model: str, messages: Messages) -> dict[str, Any]:
-        """A sub-LLM call: one turn without sub-tools, else a tool loop (see the module docstring)."""
+        """A sub-LLM call: one turn without sub-tools, else a tool loop whose last turn is the final ask
+        (see the module docstring)."""
         current, turns, tool_calls = list(messages), [], 0
         tools = self.sub_tool_defs or None
-        for _ in range(self.sub_tool_max_turns if tools else 1):
+        limit = self.sub_tool_max_turns if tools else 1
+        for turn in range(limit + 1):
+            final = turn == limit  # only reached with sub-tools: without them the first turn answers
+            if final:
+                current.append({"role": "user", "content": _FINAL_ASK})
             snapshot = [dict(m) for m in current]
-            response = await self._call_sub_llm_api(state, client, model, current, tools)
+            response = await self._call_sub_llm_api(state, client, model, current, None if final else tools)
             if response is None:
-                return self._sub_timeout_result(turns, tool_calls)
-            calls = tool_calls_of(response.message) or []
+                return _result(f"Error: Sub-LLM API call timed out after {self.sub_llm_api_timeout}s", turns,
+                               tool_calls, True)
+            calls = [] if final else tool_calls_of(response.message) or []
             turns.append({"prompt_messages": snapshot, "response": response, "tool_call_count": len(calls)})
             tool_calls += len(calls)
-            if not calls or not tools:
-                return _result(response.message.get("content") or "", turns, tool_calls, False)
+            if final or not calls or not tools:
+                return _result(response.message.get("content") or "", turns, tool_calls, final)
             current.append((await parse_response_message(response))[0])
             for call in calls:
                 try:
@@ -203,13 +197,6 @@ class SubLLMMixin:
                 except ValueError:
                     args = {}
                 current.append(await self._call_sub_tool(call.name, args if isinstance(args, dict) else {}, call.id))
-        current.append({"role": "user", "content": _FINAL_ASK})
-        snapshot = [dict(m) for m in current]
-        response = await self._call_sub_llm_api(state, client, model, current)
-        if response is None:
-            return self._sub_timeout_result(turns, tool_calls)
-        turns.append({"prompt_messages": snapshot, "response": response, "tool_call_count": 0})
-        return _result(response.message.get("content") or "", turns, tool_calls, True)
 
     async def _run_sub_llm_request(self, *, state_ref: State, client: Any, sub_model: str, messages: Messages,
                                    batch_id: str, request_id: str, parent_turn: int) -> dict[str, Any]:
