@@ -65,6 +65,19 @@ def missing_packages(spec: str) -> list[str]:
     return missing
 
 
+def format_cell(reply: dict[str, Any], count: int) -> str:
+    """A REPL cell's reply as verifiers shows it (see the module docstring); RLMEnv's Python REPL shares it."""
+    parts = [stdout] if (stdout := (reply.get("stdout") or "").rstrip()) else []
+    if (stderr := (reply.get("stderr") or "").rstrip()):
+        parts.append(f"stderr:\n{stderr}")
+    result = reply.get("result")
+    if reply.get("status") == "error" and result:
+        parts.append(str(result).rstrip())
+    elif reply.get("status") == "ok" and result is not None:
+        parts.append(f"Out[{count}]: {result}")
+    return "\n".join(parts) or "(no output)"
+
+
 class PythonEnv(SandboxEnv):
     """Sandbox-backed environment exposing a persistent Python REPL."""
 
@@ -127,22 +140,9 @@ class PythonEnv(SandboxEnv):
             return f"Error: {e}"
         except ReplDead as e:
             return f"Error: the Python process died ({e}); its variables are lost"
-        return self._format_response(python_state, reply)
-
-    def _format_response(self, python_state: PythonWorkerState, reply: dict[str, Any]) -> str:
         count = reply.get("execution_count") or python_state.get("execution_count", 0) + 1
         python_state["execution_count"] = count
-        parts = []
-        if (stdout := (reply.get("stdout") or "").rstrip()):
-            parts.append(stdout)
-        if (stderr := (reply.get("stderr") or "").rstrip()):
-            parts.append(f"stderr:\n{stderr}")
-        result = reply.get("result")
-        if reply.get("status") == "error" and result:
-            parts.append(result.rstrip())
-        elif reply.get("status") == "ok" and result is not None:
-            parts.append(f"Out[{count}]: {result}")
-        return "\n".join(parts) or "(no output)"
+        return format_cell(reply, count)
 
     @cleanup
     async def destroy_sandbox(self, state: State) -> None:

@@ -42,6 +42,7 @@ from verifiers_rl.envs.experimental.rlm_prompts import scaffold_prompt
 from verifiers_rl.envs.experimental.rlm_setup import RLMSetupMixin, merge_tools
 from verifiers_rl.envs.experimental.rlm_sub import (SubLLMMixin, RLMMonitorRubric, ensure_metric_state,
                                                     record_repl_time, record_root_tool, record_step)
+from verifiers_rl.envs.python_env import format_cell
 from verifiers_rl.envs.stateful_tool_env import StatefulToolEnv
 from verifiers_rl.envs.tool_env import run_tool
 from verifiers_rl.types import Messages, RolloutInput, SamplingArgs, State, TrajectoryStep
@@ -133,8 +134,6 @@ class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
         return max(floor, int(code * 0.8)), max(floor, int(code * 0.9))
 
     def _build_fixed_root_tools(self) -> list[Callable]:
-        env = self
-
         async def llm_batch(prompts: list[str]) -> list[str]:
             """Ask sub-LLMs several prompts at once, in parallel.
 
@@ -144,10 +143,10 @@ class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
             Returns:
                 One answer per prompt, in the order of the prompts.
             """
-            context = env._root_tool_context_var.get()
+            context = self._root_tool_context_var.get()
             if context is None:
                 raise RuntimeError("llm_batch called outside of a tool request context.")
-            answers, _ = await env._root_llm_batch(context, prompts)
+            answers, _ = await self._root_llm_batch(context, prompts)
             return answers
 
         return [llm_batch]
@@ -250,18 +249,11 @@ class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
                               "more efficient algorithm or breaking the computation into smaller steps."}
 
     def _format_execution_output(self, result: dict[str, Any]) -> str:
-        if self.repl_language == "bash":
-            output = f"{result.get('stdout') or ''}{result.get('stderr') or ''}" or str(result.get("result") or "")
+        if self.repl_language == "python":
+            output = format_cell(result, result.get("execution_count", 0))
         else:
-            parts = [p for p in ((result.get("stdout") or "").rstrip(),) if p]
-            if (result.get("stderr") or "").rstrip():
-                parts.append("stderr:\n" + result["stderr"].rstrip())
-            if result.get("status") == "error" and result.get("result"):
-                parts.append(str(result["result"]).rstrip())
-            elif result.get("status") == "ok" and result.get("result") is not None:
-                parts.append(f"Out[{result.get('execution_count', 0)}]: {result['result']}")
-            output = "\n".join(parts)
-        output = output or "(no output)"
+            output = f"{result.get('stdout') or ''}{result.get('stderr') or ''}" or str(result.get("result") or "")
+            output = output or "(no output)"
         if len(output) > self.max_output_length:
             output = output[: self.max_output_length] + "\n... [output truncated]"
         return output
