@@ -50,15 +50,9 @@ class StatefulToolEnv(ToolEnv):
 
     def add_tool(self, tool: Callable, args_to_skip: list[str] | None = None) -> None:  # type: ignore[override]
         skip = list(args_to_skip or [])
-        self.tools.append(tool)
-        if self.tool_defs is None:
-            self.tool_defs = []
         # built from the original function minus the hidden parameters: their types never reach the schema
-        self.tool_defs.append(function_tool_def(tool, skip=skip))
-        name = tool_name(tool)
-        self.tool_map[name] = tool
-        self.skipped_args[name] = skip
-        self.tool_monitor_rubric.add_tool_metric(tool)
+        self._register_tool(tool, function_tool_def(tool, skip=skip))
+        self.skipped_args[tool_name(tool)] = skip
 
     def remove_tool(self, tool: Callable) -> None:
         super().remove_tool(tool)

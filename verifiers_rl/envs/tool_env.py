@@ -25,7 +25,7 @@ from verifiers_rl.envs.multiturn_env import MultiTurnEnv
 from verifiers_rl.utils.tool_schema import tool_name
 from verifiers_rl.errors import ToolCallError, ToolParseError
 from verifiers_rl.rubrics.tool_rubric import ToolMonitorRubric
-from verifiers_rl.types import Messages, State, ToolCall, ToolMessage
+from verifiers_rl.types import Messages, State, Tool, ToolCall, ToolMessage
 from verifiers_rl.utils.tool_utils import convert_func_to_tool_def, is_valid_tool_content_parts
 
 logger = logging.getLogger(__name__)
@@ -74,10 +74,13 @@ class ToolEnv(MultiTurnEnv):
 
     # --- the tool set ---------------------------------------------------------------------------------
     def add_tool(self, tool: Callable) -> None:
+        self._register_tool(tool, convert_func_to_tool_def(tool))
+
+    def _register_tool(self, tool: Callable, tool_def: Tool) -> None:
         self.tools.append(tool)
         if self.tool_defs is None:
             self.tool_defs = []
-        self.tool_defs.append(convert_func_to_tool_def(tool))
+        self.tool_defs.append(tool_def)
         self.tool_map[tool_name(tool)] = tool
         self.tool_monitor_rubric.add_tool_metric(tool)
 
