@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import contextvars
 import copy
+import functools
 import logging
 import sys
 import time
@@ -57,16 +58,12 @@ def env_name(env: Any) -> str:
 
 
 # --- the client ----------------------------------------------------------------------------------------------
-_ADAPTER: list[type] = []
-
-
+@functools.cache
 def _adapter_class() -> type:
     """verifiers' own chat-completions client class, with the request going through `client.chat.completions
     .create` instead of a raw `client.post`, so any AsyncOpenAI-shaped object serves it (the local engine has no
     HTTP layer; our vLLM router keeps its routing, retries and dead-server errors). Defined on first use only,
     since it subclasses the installed package."""
-    if _ADAPTER:
-        return _ADAPTER[0]
     from verifiers.clients.openai_chat_completions_client import (OpenAIChatCompletionsClient,
                                                                   handle_openai_overlong_prompt)
 
@@ -95,7 +92,6 @@ def _adapter_class() -> type:
                 self.fatal = e  # verifiers would wrap it into a per-rollout ModelError; a dead server ends runs
                 raise
 
-    _ADAPTER.append(EngineClient)
     return EngineClient
 
 
