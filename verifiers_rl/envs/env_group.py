@@ -16,6 +16,7 @@ member sees the row), and `info` dicts whose shapes differ between members are s
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import Counter
@@ -239,18 +240,14 @@ class EnvGroup(Environment):
             env.set_score_rollouts(score_rollouts)
 
 
-class _TaskTag:
-    """A row's new `task` (a class, not a closure: each member keeps its own name under lazy mapping)."""
-
-    def __init__(self, name: str, tag_info: bool):
-        self.name, self.tag_info = name, tag_info
-
-    def __call__(self, rows: dict) -> dict:  # a batch of rows, as columns (quiet_map)
-        n = batch_len(rows)
-        if self.tag_info:
-            infos = rows.get("info") or [None] * n
-            return {"task": [self.name] * n, "info": [{**(i or {}), "env_id": self.name} for i in infos]}
-        return {"task": [self.name] * n}
+def _tag_rows(name: str, tag_info: bool, rows: dict) -> dict:
+    """A batch of rows (as columns, quiet_map) with its member's name as `task` (and `info["env_id"]`); bound
+    with functools.partial, not a closure, so each member keeps its own name under lazy mapping."""
+    n = batch_len(rows)
+    if tag_info:
+        infos = rows.get("info") or [None] * n
+        return {"task": [name] * n, "info": [{**(i or {}), "env_id": name} for i in infos]}
+    return {"task": [name] * n}
 
 
 def _info_addition(dataset: Any) -> str | None:
@@ -268,7 +265,7 @@ def _tag_task(dataset: Any, name: str, map_kwargs: dict) -> Any:
     tag_info = _info_addition(dataset) is not None
     if "task" in dataset.column_names:
         dataset = dataset.remove_columns(["task"])
-    return quiet_map(dataset, _TaskTag(name, tag_info), **map_kwargs)
+    return quiet_map(dataset, functools.partial(_tag_rows, name, tag_info), **map_kwargs)
 
 
 def _stack(parts: dict[str, Any], filled: dict[str, set[str]]) -> Any:
