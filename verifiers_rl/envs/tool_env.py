@@ -33,13 +33,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["ToolEnv", "ToolMonitorRubric"]
 
 
-def _is_async_callable(func: Any) -> bool:
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
-
-
 async def run_tool(func: Callable, args: dict[str, Any]) -> Any:
     """Call a tool with keyword arguments: awaited if async, else on a worker thread (off the event loop)."""
-    if _is_async_callable(func):
+    if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
         return await func(**args)
     result = await asyncio.to_thread(functools.partial(func, **args))
     return await result if inspect.isawaitable(result) else result  # a sync wrapper around an async tool
