@@ -11,6 +11,7 @@ Trainers call `envs.rollouts.generate_states`, which keeps the states (tokens in
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 from abc import ABC, abstractmethod
 import json
@@ -86,12 +87,9 @@ class Environment(DatasetFormatting, Generation, ABC):
         self.eval_dataset_source = _builder(eval_dataset)
         if self.eval_dataset_source is not None and not _is_builder(eval_dataset):
             self.build_eval_dataset()
-        self.sampling_args: dict[str, Any] = {"n": 1, "extra_body": {}}
-        for key, value in (sampling_args or {}).items():
-            if key == "extra_body":
-                self.sampling_args["extra_body"].update(value or {})
-            else:
-                self.sampling_args[key] = value
+        given = dict(sampling_args or {})
+        self.sampling_args: dict[str, Any] = {"n": 1, "extra_body": dict(given.pop("extra_body", None) or {}),
+                                              **given}
         for key, value in kwargs.items():  # environments pass their own settings through
             setattr(self, key, value)
         if self.dataset_source is None and self.eval_dataset_source is None:
@@ -107,8 +105,6 @@ class Environment(DatasetFormatting, Generation, ABC):
             atexit.register(self._sync_teardown)
 
     def _sync_teardown(self) -> None:
-        import asyncio
-
         try:
             asyncio.run(self._teardown())
         except RuntimeError:  # called inside a running loop: schedule it there
