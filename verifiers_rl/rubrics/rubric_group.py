@@ -123,7 +123,7 @@ class RubricGroup(Rubric):
                 metrics.update({k: v[i] for k, v in summed.items()})
             if not single:  # ours: the group's advantage, not the last member's
                 s["advantage"] = totals[i] - mean
-                _fill_steps(s, before[i]["unset_steps"], totals[i], s["advantage"])
+                _fill_steps(before[i]["unset_steps"], totals[i], s["advantage"])
             add_scoring_time(s, elapsed_ms)
 
 
@@ -148,14 +148,11 @@ def _restore(state: Any, snap: dict[str, Any]) -> None:
     if snap["timing"] is not None:
         state["timing"].clear()
         state["timing"].update(snap["timing"])
-    for step, no_reward, no_advantage in snap["unset_steps"]:
-        if no_reward:
-            step["reward"] = None
-        if no_advantage:
-            step["advantage"] = None
+    _fill_steps(snap["unset_steps"], None, None)
 
 
-def _fill_steps(state: Any, unset: list[tuple[dict, bool, bool]], reward: float, advantage: float) -> None:
+def _fill_steps(unset: list[tuple[dict, bool, bool]], reward: float | None, advantage: float | None) -> None:
+    """Set the reward / advantage of the steps that had none before the members scored."""
     for step, no_reward, no_advantage in unset:
         if no_reward:
             step["reward"] = reward
