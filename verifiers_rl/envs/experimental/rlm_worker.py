@@ -159,21 +159,17 @@ def tool_main(argv: list[str]) -> int:
     name, (positional, use_json, use_lines, payload) = argv[0], _split_cli(argv[1:])
     try:
         if name == "llm_batch":
-            result, lines = call_tool(name, [_batch_prompts(positional, use_json, use_lines, payload)], {})
-            if isinstance(result, list):
-                _show_batch(result, lines)
-            else:
-                for line in lines:
-                    _show(line)
-                _show(result)
-            return 0
-        if use_json:
+            args, kwargs = [_batch_prompts(positional, use_json, use_lines, payload)], {}
+        elif use_json:
             if positional:
                 raise RuntimeError("--json does not accept extra args.")
             args, kwargs = _args_kwargs(_json_payload(payload))
         else:
             args, kwargs = [_decode(a) for a in positional], {}
         result, lines = call_tool(name, args, kwargs)
+        if name == "llm_batch" and isinstance(result, list):
+            _show_batch(result, lines)
+            return 0
         for line in lines:
             _show(line)
         _show(result)
