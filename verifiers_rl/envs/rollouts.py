@@ -98,45 +98,37 @@ async def generate_states(env: Any, rows: Any, client: Any, model: str, sampling
             limit_real_env(env, max_seq_len)
             return await generate_states_real(env, rows, client, model, sampling_args, rollouts_per_example,
                                               max_concurrent, score, on_group_done)
+        engine = local_engine_of(client)
+        if not isinstance(client, Client):
+            from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
+
+            client = OpenAIChatCompletionsClient(client, allow_empty=keep_empty)
+        sampling = {**{k: v for k, v in env.sampling_args.items() if k != "n"}, **(sampling_args or {})}
+        sem = asyncio.Semaphore(max_concurrent) if max_concurrent and max_concurrent > 0 else None
+
+        async def one(row: dict[str, Any]) -> State:
+            async with sem or contextlib.nullcontext():
+                with in_flight(engine):
+                    return await _contained(env, row, client, model, sampling)
+
+        async def group(row: dict[str, Any]) -> list[State]:
+            t0 = time.perf_counter()
+            states = per_agent(list(await asyncio.gather(*(one(row) for _ in range(rollouts_per_example)))),
+                               agents_per_rollout(env))
+            t1 = time.perf_counter()
+            if score:
+                await env.rubric.score_group(states)
+                await rubric_cleanup(env.rubric, states)
+            for s in states:
+                contain_non_finite(s)  # an env's own scoring that let NaN / inf through: 0 and counted
+                s["timing"]["generation_s"], s["timing"]["scoring_s"] = t1 - t0, time.perf_counter() - t1
+                s["tokens"] = rollout_tokens(s)
+            if on_group_done is not None:
+                await maybe_await(on_group_done, states)
+            return states
+
         token = RUN_MAX_SEQ_LEN.set(max_seq_len)  # the rollout tasks below copy this context
         try:
-            return await _generate_states(env, rows, client, model, sampling_args, rollouts_per_example,
-                                          max_concurrent, score, on_group_done, keep_empty)
+            return await gather_flat(group(with_example_id(r, i)) for i, r in enumerate(rows))
         finally:
             RUN_MAX_SEQ_LEN.reset(token)
-
-
-async def _generate_states(env: Any, rows: list[dict[str, Any]], client: Any, model: str, sampling_args: dict | None,
-                           rollouts_per_example: int, max_concurrent: int, score: bool,
-                           on_group_done: Callable[[list[State]], Awaitable[None] | None] | None,
-                           keep_empty: bool) -> list[State]:
-    engine = local_engine_of(client)
-    if not isinstance(client, Client):
-        from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
-
-        client = OpenAIChatCompletionsClient(client, allow_empty=keep_empty)
-    sampling = {**{k: v for k, v in env.sampling_args.items() if k != "n"}, **(sampling_args or {})}
-    sem = asyncio.Semaphore(max_concurrent) if max_concurrent and max_concurrent > 0 else None
-
-    async def one(row: dict[str, Any]) -> State:
-        async with sem or contextlib.nullcontext():
-            with in_flight(engine):
-                return await _contained(env, row, client, model, sampling)
-
-    async def group(row: dict[str, Any]) -> list[State]:
-        t0 = time.perf_counter()
-        states = per_agent(list(await asyncio.gather(*(one(row) for _ in range(rollouts_per_example)))),
-                           agents_per_rollout(env))
-        t1 = time.perf_counter()
-        if score:
-            await env.rubric.score_group(states)
-            await rubric_cleanup(env.rubric, states)
-        for s in states:
-            contain_non_finite(s)  # an env's own scoring that let NaN / inf through: 0 and counted
-            s["timing"]["generation_s"], s["timing"]["scoring_s"] = t1 - t0, time.perf_counter() - t1
-            s["tokens"] = rollout_tokens(s)
-        if on_group_done is not None:
-            await maybe_await(on_group_done, states)
-        return states
-
-    return await gather_flat(group(with_example_id(r, i)) for i, r in enumerate(rows))
