@@ -220,7 +220,7 @@ class Rubric:
         """Score one rollout in place, calling the functions one after another (no group functions)."""
         if self._get_group_reward_funcs():
             raise AssertionError("Rubric.score_rollout cannot run group reward functions "
-                                 f"({self._get_group_reward_names()}); use score_group")
+                                 f"({[func_name(f) for f in self._get_group_reward_funcs()]}); use score_group")
         start = time.time()
         reward, metrics = 0.0, {}
         for func, weight in zip(self.funcs, self.weights):
@@ -230,9 +230,6 @@ class Rubric:
         state["reward"] = reward
         state["metrics"] = metrics
         add_scoring_time(state, (time.time() - start) * 1000)
-
-    def _get_group_reward_names(self) -> list[str]:
-        return [func_name(f) for f in self._get_group_reward_funcs()]
 
     async def score_group(self, states: list[Any]) -> None:
         """Score a group in place: functions in order, each across all rollouts concurrently. Also sets

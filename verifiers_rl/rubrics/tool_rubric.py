@@ -32,14 +32,8 @@ def tool_calls_in(completion: Messages) -> list[Any]:
     """Every tool call of the assistant messages of a completion (none for a plain-text completion)."""
     if not isinstance(completion, list):
         return []
-    calls: list[Any] = []
-    for msg in completion:
-        if _field(msg, "role") != "assistant":
-            continue
-        tool_calls = _field(msg, "tool_calls")
-        if isinstance(tool_calls, list):
-            calls.extend(tool_calls)
-    return calls
+    per_message = [_field(msg, "tool_calls") for msg in completion if _field(msg, "role") == "assistant"]
+    return [call for calls in per_message if isinstance(calls, list) for call in calls]
 
 
 class ToolRubric(Rubric):
