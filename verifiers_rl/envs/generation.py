@@ -100,11 +100,6 @@ class Generation:
 
         return await maybe_retry(attempt, max_retries, initial=RETRY_WAIT_S)()
 
-    def _sampling(self, sampling_args: SamplingArgs | None) -> dict[str, Any]:
-        merged = deepcopy(self.sampling_args)
-        merged.update(sampling_args or {})
-        return merged
-
     async def generate(self, inputs: Any, client: Any, model: str, sampling_args: SamplingArgs | None = None,
                        max_concurrent: int = -1, results_path: Any = None, state_columns: list[str] | None = None,
                        save_results: bool = False, push_to_hf_hub: bool = False,
@@ -116,7 +111,7 @@ class Generation:
         `independent_scoring`), at most `max_concurrent` groups in flight. `shuffle`/`shuffle_seed` say how
         the inputs were ordered (recorded in the metadata, checked when resuming)."""
         rows = input_rows(inputs)
-        sampling = self._sampling(sampling_args)
+        sampling = {**deepcopy(self.sampling_args), **(sampling_args or {})}
         n_examples = len({r["example_id"] for r in rows})
         per_example = len(rows) // n_examples if n_examples else 0
         shuffle_seed = (0 if shuffle_seed is None else shuffle_seed) if shuffle else None
@@ -174,24 +169,22 @@ class Generation:
 
     def _progress(self, on_start: Callable | None, on_progress: Any, rows: list, units: list) -> tuple[list, Any]:
         """The progress callbacks: a tqdm bar unless a single callback replaces it (a list runs beside it)."""
-        bar = None
         if on_start is not None:
             on_start(rows, units)
-        extra = list(on_progress) if isinstance(on_progress, list) else ([on_progress] if on_progress else [])
         if on_progress is not None and not isinstance(on_progress, list):
-            return extra, None
-        if units:
-            from tqdm import tqdm
+            return [on_progress] if on_progress else [], None
+        if not units:
+            return list(on_progress or []), None
+        from tqdm import tqdm
 
-            bar = tqdm(total=len(units), desc=f"Processing {len(units)} "
-                       f"{'groups' if units and isinstance(units[0], list) else 'rollouts'} ({len(rows)} total)",
-                       disable=None)
+        bar = tqdm(total=len(units), desc=f"Processing {len(units)} "
+                   f"{'groups' if isinstance(units[0], list) else 'rollouts'} ({len(rows)} total)", disable=None)
 
         def tick(all_outputs: list, new: list, meta: dict) -> None:
             bar.update(1)
             bar.set_postfix(reward=meta.get("avg_reward"))
 
-        return ([tick] if bar is not None else []) + extra, bar
+        return [tick, *(on_progress or [])], bar
 
     def generate_sync(self, inputs: Any, client: Any, **kwargs: Any) -> GenerateOutputs:
         return run_sync(self.generate(inputs, client=client, **kwargs))
