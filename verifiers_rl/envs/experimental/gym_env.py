@@ -111,9 +111,7 @@ class GymEnv(MultiTurnEnv):
 
     def obs_to_text(self, obs: Any) -> str:
         """An observation as prompt text (`obs_to_text` if given, else `str`); subclasses may override."""
-        if self.obs_to_text_fn:
-            return self.obs_to_text_fn(obs)
-        return str(obs)
+        return self.obs_to_text_fn(obs) if self.obs_to_text_fn else str(obs)
 
     def wrap_response(self, text: str) -> Messages | str:
         """The environment's reply as messages: one user message."""
