@@ -29,6 +29,7 @@ from verifiers_rl.envs.generation import Generation
 from verifiers_rl.errors import ModelServerError  # noqa: F401  (re-exported: older import path)
 from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.rubrics.rubric import Rubric
+from verifiers_rl.rubrics.rubric_group import RubricGroup
 from verifiers_rl.rollout_timing import new_rollout_timing
 from verifiers_rl.types import Messages, Response, RolloutInput, SamplingArgs, State, Tool
 from verifiers_rl.utils.async_utils import maybe_await
@@ -241,8 +242,6 @@ class Environment(DatasetFormatting, Generation, ABC):
             setter(value) if callable(setter) else setattr(self, key, value)
 
     def add_rubric(self, rubric: Rubric) -> None:
-        from verifiers_rl.rubrics.rubric_group import RubricGroup
-
         if self.rubric is None:
             self.rubric = rubric
         elif isinstance(self.rubric, RubricGroup):

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verifiers_rl import verifiers_runtime
+from verifiers_rl.envs.real_runtime import FIX
+
 EXAMPLES_OWNER = "verifiers-rl"
 EXAMPLES_PACKAGE = "verifiers_rl.examples"
 
@@ -206,8 +209,6 @@ def environment_api(env_id: str, api: str = "auto", path: str | Path | None = No
     """THE decision: ("classic" | "v1", why). `api` "auto": v1 when verifiers 0.4 is installed and the id's module
     exports a v1 Taskset/Env and has no load_environment() (or no module is found and verifiers ships a taskset of
     that name), else classic. Auto imports the module (the classic loader would import it next anyway)."""
-    from verifiers_rl import verifiers_runtime
-
     if api not in API_CHOICES:
         raise EnvironmentNotFound(f"environment {env_id!r}: api {api!r} is not one of {', '.join(API_CHOICES)}")
     add_env_path(path)
@@ -239,8 +240,6 @@ def is_folder_id(env_id: str) -> bool:
 def _activate_runtime(module_name: str, pkg_dir: Path | None) -> None:
     """Decide who answers `import verifiers` for this environment (the one decision: verifiers_runtime); the
     console line saying it comes once the environment has loaded (an error stays one line)."""
-    from verifiers_rl import verifiers_runtime
-
     try:
         verifiers_runtime.activate(env_requirements=environment_requirements(module_name, pkg_dir))
     except verifiers_runtime.RuntimeSettingError as e:
@@ -308,13 +307,9 @@ def import_env_module(env_id: str) -> Any:
 
 def _drift_hint(e: Exception) -> str:
     """Under the real verifiers, a name the env file imports that this release lacks: how to run it anyway."""
-    from verifiers_rl import verifiers_runtime
-
     runtime = verifiers_runtime.current()
     if not isinstance(e, ImportError) or runtime.name != "real":
         return ""
-    from verifiers_rl.envs.real_runtime import FIX
-
     return f" (verifiers {runtime.version}); the env file may target another verifiers release: {FIX}"
 
 
@@ -334,8 +329,6 @@ def load_environment(env_id: str, **env_args: Any) -> Any:
             raise EnvironmentArgsError(
                 f"environment {env_id!r} does not take argument(s) {', '.join(hints)}; it accepts: "
                 f"{', '.join(params) or '(none)'}")
-    from verifiers_rl import verifiers_runtime
-
     try:
         env = loader(**env_args)
     except OSError:  # a download or file problem, not version drift: its own message says what
@@ -344,8 +337,6 @@ def load_environment(env_id: str, **env_args: Any) -> Any:
         runtime = verifiers_runtime.current()
         if runtime.name != "real":
             raise
-        from verifiers_rl.envs.real_runtime import FIX
-
         raise EnvironmentLoadError(
             f"environment {env_id!r}: load_environment() failed under verifiers {runtime.version}: {first_line(e)}; "
             f"the env file may target another verifiers release: {FIX}") from e

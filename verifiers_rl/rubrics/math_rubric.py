@@ -18,6 +18,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from verifiers_rl.parsers.maybe_think_parser import MaybeThinkParser
 from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages
@@ -122,8 +123,6 @@ class MathRubric(Rubric):
     def __init__(self, funcs: list[Callable] | None = None, weights: list[float] | None = None,
                  parser: Parser | None = None, max_workers: int = 50, timeout_seconds: float = 5,
                  max_verify_chars: int | None = MAX_VERIFY_CHARS):
-        from verifiers_rl.parsers.maybe_think_parser import MaybeThinkParser
-
         super().__init__(funcs=funcs, weights=weights, parser=parser or MaybeThinkParser(extract_fn=boxed_or_text))
         self.add_reward_func(self.correct_answer)
         self.timeout_seconds = timeout_seconds

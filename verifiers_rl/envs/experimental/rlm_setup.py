@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable
 
 from verifiers_rl.envs.experimental.rlm_local import LocalSession, copy_context_directory, write_builtin_context
-from verifiers_rl.envs.experimental.rlm_prompts import root_prompt, tool_docs
+from verifiers_rl.envs.experimental.rlm_prompts import make_venv, root_prompt, tool_docs
 from verifiers_rl.types import State
 from verifiers_rl.utils.tool_schema import tool_name
 
@@ -69,8 +69,6 @@ class RLMSetupMixin:
         if not packages:
             return sys.executable
         if self._venv_python is None:
-            from verifiers_rl.envs.experimental.rlm_prompts import make_venv
-
             self._venv_python = await make_venv(packages, max(self.max_startup_wait_seconds, 30 * len(packages)))
         return self._venv_python
 
