@@ -42,12 +42,7 @@ def call_tool(name: str, args: list, kwargs: dict) -> tuple[object, list[str]]:
         conn.connect(path)
         conn.sendall(request.encode("utf-8"))
         conn.shutdown(socket.SHUT_WR)
-        chunks = []
-        while True:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        chunks = list(iter(lambda: conn.recv(65536), b""))
     if not chunks:
         raise RuntimeError(f"no reply from the environment for tool {name!r}")
     reply = json.loads(b"".join(chunks).decode("utf-8"))
