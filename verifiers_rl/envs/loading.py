@@ -17,10 +17,12 @@ taskset package, loaded by `verifiers_rl.v1`).
 from __future__ import annotations
 
 import importlib
+import importlib.metadata as md
 import importlib.util
 import inspect
 import os
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,15 +159,11 @@ def environment_requirements(module_name: str, pkg_dir: Path | None = None) -> l
     """The requirement strings of the environment's package: its `pyproject.toml` in a workspace folder, else
     the installed distribution that provides the module."""
     if pkg_dir is not None and (pkg_dir / "pyproject.toml").exists():
-        import tomllib
-
         try:
             data = tomllib.loads((pkg_dir / "pyproject.toml").read_text())
             return list(data.get("project", {}).get("dependencies", []))
         except (OSError, ValueError):
             return []
-    import importlib.metadata as md
-
     for dist in md.packages_distributions().get(module_name, []):
         try:
             return list(md.requires(dist) or [])
