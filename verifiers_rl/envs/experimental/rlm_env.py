@@ -54,7 +54,6 @@ __all__ = ["RLMEnv", "RLMMonitorRubric", "RLMCodeExecutionTimeout", "RLMSessionE
 
 logger = logging.getLogger(__name__)
 
-_REPL_TOOLS = ("call_bash_repl", "call_python_repl")
 _rollout_ids: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("rlm_rollout_ids", default=None)
 
 
@@ -178,11 +177,10 @@ class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
             await asyncio.wait_for(session.start(handler, self.root_tool_names, {
                 "RLM_SUB_MODEL": str(self.sub_model or state.get("model") or ""),
                 "RLM_SUB_LLM_TIMEOUT": str(self.sub_llm_timeout)}), timeout=self.max_startup_wait_seconds)
-        except (asyncio.TimeoutError, OSError, RuntimeError) as e:
+        except BaseException as e:
             await self._close_session(rollout_id, remove_files=True)
-            raise RLMWorkerError(f"RLM REPL failed to start: {e}") from e
-        except BaseException:
-            await self._close_session(rollout_id, remove_files=True)
+            if isinstance(e, (asyncio.TimeoutError, OSError, RuntimeError)):
+                raise RLMWorkerError(f"RLM REPL failed to start: {e}") from e
             raise
         state["rlm_worker_ready"], state["context_warning_sent"], state["_exec_seq"] = True, False, 0
         ensure_metric_state(state)
@@ -226,7 +224,7 @@ class RLMEnv(RLMSetupMixin, SubLLMMixin, StatefulToolEnv):
     # --- the REPL tool ------------------------------------------------------------------------------------------
     def update_tool_args(self, tool_name: str, tool_args: dict, messages: Messages, state: State,
                          **kwargs: Any) -> dict:
-        return {**tool_args, "state": state} if tool_name in _REPL_TOOLS else tool_args
+        return {**tool_args, "state": state} if tool_name in ("call_bash_repl", "call_python_repl") else tool_args
 
     async def _execute_code(self, code: str, state: State) -> dict[str, Any]:
         session = self._sessions.get(state.get("rollout_id", ""))
