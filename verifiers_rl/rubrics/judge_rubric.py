@@ -4,14 +4,10 @@ Reward functions receive `judge` (plus `judge_client`, `judge_model`, `judge_pro
 and call `await judge(prompt, completion, answer, state)`, which returns the judge's reply text, cached in
 `state["judge_response"]` per judge prompt so several functions can share one call.
 
-Which judge, as verifiers chooses it: the `judge_client` the environment passes (AsyncOpenAI, OpenAI, or anything
-with `.chat.completions.create`); else what `AsyncOpenAI()` reads (OPENAI_BASE_URL, OPENAI_API_KEY; OpenAI's API
-without a URL), with VF_JUDGE_BASE_URL / VF_JUDGE_API_KEY first when set; the model is `judge_model`, else
-VF_JUDGE_MODEL, else gpt-4.1-nano (rubrics/judge_endpoint.py; vf-eval, vf-rl and RLTrainer print one line per
-judge at start). A judge that OPENAI_BASE_URL would send to the policy's own server is refused
-(JudgeIsPolicyError). With neither a client, a URL nor a key, `judge` raises JudgeNotConfiguredError. Neither is
-contained by the rubric: they stop the run. A judge call that fails raises JudgeError, which the rubric contains
-like any failing reward function (score 0, counted).
+Which judge (the `judge_client` passed: AsyncOpenAI, OpenAI or anything with `.chat.completions.create`; else
+the settings; the model `judge_model`, else VF_JUDGE_MODEL, else gpt-4.1-nano) and which one is refused are
+rubrics/judge_endpoint.py's. JudgeIsPolicyError and JudgeNotConfiguredError stop the run; a judge call that
+fails raises JudgeError, which the rubric contains like any failing reward function (score 0, counted).
 """
 
 from __future__ import annotations

@@ -8,10 +8,7 @@ without tools for a final answer. The answer handed back is the `\\boxed{}` cont
 whole text. A failing call answers "Error in sub-LLM call: ..." (unless its error is a stop error), an API call
 past `sub_llm_api_timeout` answers a timeout message. Each sub-LLM turn counts in the rollout's metrics; with
 `include_sub_llm_in_trajectory` it is also a trajectory step (`trajectory_id` = "<batch>_<request>",
-`extras["is_sub_llm_call"]`).
-
-`RLMMonitorRubric` reports the per-rollout counters (weight 0): sub-LLM calls/turns/tokens/tool calls/batches,
-main-model turns and tokens, REPL time and calls, root-tool calls (in all and `<tool>_root_calls`).
+`extras["is_sub_llm_call"]`). `RLMMonitorRubric` reports the per-rollout counters (`_COUNTERS`).
 """
 
 from __future__ import annotations
