@@ -130,19 +130,19 @@ class Environment(DatasetFormatting, Generation, ABC):
         return response
 
     # --- token usage ------------------------------------------------------------------------------
-    def _usage(self, state: State, create: bool = True) -> StateUsageTracker | None:
+    def _usage(self, state: State) -> StateUsageTracker:
+        """The state's usage tracker, made (and shown in `state["usage"]`) on first use."""
         tracker = state.get("usage_tracker")
-        if isinstance(tracker, StateUsageTracker) or not create:
-            return tracker if isinstance(tracker, StateUsageTracker) else None
-        state["usage_tracker"] = tracker = StateUsageTracker()
-        state["usage"] = tracker.usage
+        if not isinstance(tracker, StateUsageTracker):
+            state["usage_tracker"] = tracker = StateUsageTracker()
+            state["usage"] = tracker.usage
         return tracker
 
     def increment_state_usage(self, state: State, input_tokens: float = 0, output_tokens: float = 0) -> None:
-        self._usage(state).increment(input_tokens, output_tokens)  # type: ignore[union-attr]
+        self._usage(state).increment(input_tokens, output_tokens)
 
     def increment_state_usage_from_response(self, state: State, response: Any) -> None:
-        self._usage(state).increment_from_response(response)  # type: ignore[union-attr]
+        self._usage(state).increment_from_response(response)
 
     def get_state_usage(self, state: State) -> dict[str, float] | None:
         return state_usage(state)
