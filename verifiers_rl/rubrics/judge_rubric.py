@@ -88,10 +88,8 @@ class JudgeRubric(Rubric):
         # A client we made is used only on the event loop it first served: its pooled connections belong
         # to that loop, and sync callers (asyncio.run per batch) bring a new loop each time.
         self._loop_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        for name, obj in (("judge", self.judge), ("judge_client", self.judge_client),
-                          ("judge_model", self.judge_model), ("judge_prompt", self.judge_prompt),
-                          ("judge_sampling_args", self.judge_sampling_args)):
-            self.add_class_object(name, obj)
+        for name in ("judge", "judge_client", "judge_model", "judge_prompt", "judge_sampling_args"):
+            self.add_class_object(name, getattr(self, name))
 
     def _settings_client(self) -> Any | None:
         return self._endpoint.client() if self._endpoint is not None else None
