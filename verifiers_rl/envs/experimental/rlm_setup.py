@@ -37,11 +37,10 @@ class RLMSetupMixin:
         state["rlm_control_dir"], state["rlm_paths"] = session.control_dir, session.paths.to_dict()
         state["retain_filesystem_after_rollout"] = self.retain_filesystem_after_rollout
         base = self.custom_system_prompt or root_prompt(self.repl_language, self.root_prompt_verbosity)
-        packages = self._generate_packages_documentation()
-        root_docs, sub_docs = self._generate_root_tools_documentation(), self._generate_sub_tools_documentation()
-        state["rlm_system_prompt"] = base + packages + root_docs + sub_docs
-        state["rlm_packages_docs"], state["rlm_root_tools_docs"], state["rlm_sub_tools_docs"] = packages, root_docs, \
-            sub_docs
+        docs = {"rlm_packages_docs": self._generate_packages_documentation(),
+                "rlm_root_tools_docs": self._generate_root_tools_documentation(),
+                "rlm_sub_tools_docs": self._generate_sub_tools_documentation()}
+        state.update(docs, rlm_system_prompt=base + "".join(docs.values()))
         shared, _ = merge_tools([("shared", self.shared_tools)], "shared tools")
         state["rlm_shared_tools"] = [tool_name(t) for t in shared]
         state["rlm_root_tools"], state["rlm_sub_tools"] = list(self.root_tool_names), list(self.sub_tool_names)
