@@ -247,10 +247,9 @@ class LocalSession:
         head, found, tail = text.partition(marker)
         if not found:
             return text, None, "", ""
-        fields = tail.split(" ")
-        rc = int(fields[1]) if len(fields) > 1 and fields[1].lstrip("-").isdigit() else None
-        ready = _b64(fields[2]) if len(fields) > 2 else ""
-        content = _b64(fields[3]) if len(fields) > 3 else ""
+        fields = tail.split(" ") + ["", "", ""]  # exit code, RLM_READY, RLM_CONTENT; missing ones empty
+        rc = int(fields[1]) if fields[1].lstrip("-").isdigit() else None
+        ready, content = _b64(fields[2]), _b64(fields[3])
         return head[:-1] if head.endswith("\n") else head, rc, ready, content
 
 
