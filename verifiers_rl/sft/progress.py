@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import TrainerCallback
+from verifiers_rl.trainer.callbacks import ProgressBarCallback
 
 
-class SFTProgress(TrainerCallback):
+class SFTProgress(ProgressBarCallback):
     """A bar over max_steps showing the loss and learning rate of the last log, and one summary line per
     `report_every` logs (kept in non-interactive logs, where a bar shows nothing)."""
 
     def __init__(self, console: Any, label: str = "SFT"):
         self.console = console
         self.label = label
-        self.progress: Any = None
-        self.task: Any = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -27,10 +25,6 @@ class SFTProgress(TrainerCallback):
                                  transient=False)
         self.task = self.progress.add_task(self.label, total=state.max_steps, info="")
         self.progress.start()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "eval_loss" in logs and state.is_world_process_zero:  # [val]: one line per validation
@@ -46,9 +40,3 @@ class SFTProgress(TrainerCallback):
         self.progress.update(self.task, info=info)
         if key == "loss" and not self.console.is_terminal:  # a log: the bar is drawn once at the end
             self.console.print(f"{self.label} step {state.global_step}/{state.max_steps}: {info}", highlight=False)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step)
-            self.progress.stop()
-            self.progress = None

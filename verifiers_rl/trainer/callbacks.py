@@ -10,6 +10,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from verifiers_rl.verbosity import quiet_bars_begin, quiet_bars_end
+
 
 def is_train_summary(record: dict[str, Any]) -> bool:
     """HF's record at the end of every train() (train_runtime, train_loss, total_flos, ...): a summary of that call,
@@ -68,7 +70,25 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)  # NaN formats as "nan"
 
 
-class ConsoleCallback(TrainerCallback):
+class ProgressBarCallback(TrainerCallback):
+    """A rich progress bar over max_steps (`progress`, `task`: started by the subclass), advanced every step and
+    stopped at the end of training."""
+
+    progress: Any = None
+    task: Any = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+            self.progress.stop()
+            self.progress = None
+
+
+class ConsoleCallback(ProgressBarCallback):
     """One line per logged step; eval results in their own line. The loss's own metrics on it are those the chosen
     loss names (``LossSpec.console``, trainer/losses/), between the entropy and the gradient norm."""
 
@@ -79,7 +99,6 @@ class ConsoleCallback(TrainerCallback):
         from rich.console import Console
 
         self.console = console or Console()
-        self.progress: Any = None
         self.loss_keys = loss_keys
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -95,15 +114,6 @@ class ConsoleCallback(TrainerCallback):
                                      TimeRemainingColumn(), console=self.console)
             self.task = self.progress.add_task("RL", total=state.max_steps, completed=state.global_step)
             self.progress.start()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -139,22 +149,17 @@ class RLControlCallback(TrainerCallback):
         self._bars: bool | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from verifiers_rl.verbosity import quiet_bars_begin
-
         self._bars = quiet_bars_begin()  # no "Writing model shards" bar per checkpoint unless VF_VERBOSE=1
         if state.global_step > 0:  # resumed: HF loaded the checkpoint's weights after inference was first synced
             self.trainer.sync_inference(int(state.global_step))
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer.after_optimizer_step()
-        _add_perf(self.trainer, args)
         # every rank sees the whole step's rollouts, so all of them stop together
         try:
             self.empty_steps.check(state.global_step, self.trainer.last_states, args,
                                    warn if state.is_world_process_zero else lambda _m: None)
         except Exception:
-            from verifiers_rl.verbosity import quiet_bars_end
-
             quiet_bars_end(self._bars)  # the run ends here: on_train_end won't come
             self._bars = None
             raise
@@ -169,8 +174,6 @@ class RLControlCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
-        from verifiers_rl.verbosity import quiet_bars_end
-
         quiet_bars_end(self._bars)
         self._bars = None
         self.empty_steps.finish()  # nothing trained at all: train() raises (vf-rl exits 1)
@@ -182,17 +185,6 @@ class RLControlCallback(TrainerCallback):
             thread = threading.Thread(target=_plot, args=(args.output_dir,), name="vf-plot")
             thread.start()
             self.trainer.plot_thread = thread
-
-
-def _add_perf(trainer: Any, args: Any) -> None:
-    """perf/throughput, perf/peak_memory, perf/mfu (a known GPU) into the step's pending metrics (time/step is set
-    by now)."""
-    pending, states = trainer.pending_metrics, trainer.last_states
-    if pending and states and "time/step" in pending[-1]:
-        from verifiers_rl.trainer.rollout_metrics import perf_metrics
-
-        pending[-1].update(perf_metrics(states, pending[-1]["time/step"], args.world_size, args.device,
-                                        model=trainer.model))
 
 
 def _plot(output_dir: str) -> None:

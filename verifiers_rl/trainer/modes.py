@@ -60,26 +60,22 @@ def logprob_temperature(temperature: float) -> float:
     return temperature if temperature > 0 else 1.0
 
 
-def sampler_truncation(args: Any) -> Any:
-    """The support the policy's sampler keeps (top_k / top_p / min_p): the trainer's log-probs, entropy and the
-    reference's are taken over it (plan/sampling.py)."""
-    from verifiers_rl.plan.sampling import truncation_of
-
-    return truncation_of(args.temperature, args.top_k, args.top_p, args.min_p)
-
-
 class RLMode:
     """``rl``; also the base of the distillation modes (same rollouts and batching, another loss)."""
 
     name = "rl"
 
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
-        self.args = trainer.args
-        # the policy's log-probs match its sampling distribution; greedy (0) reports the raw one, as vLLM does
-        self.temperature = logprob_temperature(self.args.temperature)
-        self.truncation = sampler_truncation(self.args)
+    def __init__(self, trainer: Any, teacher: Any = None):
+        from verifiers_rl.plan.sampling import truncation_of
         from verifiers_rl.trainer.typed_table import resolve_loss
+
+        self.trainer = trainer
+        self.args = a = trainer.args
+        self.teacher = teacher  # opd / sft: trainer/teacher.py
+        # the policy's log-probs match its sampling distribution; greedy (0) reports the raw one, as vLLM does
+        self.temperature = logprob_temperature(a.temperature)
+        # the support the sampler keeps (top_k / top_p / min_p): log-probs, entropy and the reference's over it
+        self.truncation = truncation_of(a.temperature, a.top_k, a.top_p, a.min_p)
 
         # the loss this mode's inputs go to (trainer/losses/: loss.type, or the mode's own)
         self.loss_spec, self.loss_config = resolve_loss(self.args)
@@ -110,12 +106,9 @@ class RLMode:
                             max_completion_length=self.args.max_tokens or self.args.max_seq_len)
         return self.loss_spec.fn(inputs, self.loss_config)
 
-    def finish(self, metrics: dict[str, float]) -> dict[str, float]:
-        """The step's aggregated loss metrics, completed (e.g. a std from a mean and a mean square)."""
-        return metrics
-
     def close(self) -> None:
-        pass
+        if self.teacher is not None:
+            self.teacher.close()
 
 
 def reference_logprobs(trainer: Any, model: Any, mb: Any) -> Any:
@@ -137,8 +130,7 @@ class OPDMode(RLMode):
     name = "opd"
 
     def __init__(self, trainer: Any, teacher: Any):
-        super().__init__(trainer)
-        self.teacher = teacher
+        super().__init__(trainer, teacher)
         self._scores: dict[int, list[float]] = {}  # by URL: id(sample) → the teacher's per-token log-probs
 
     def samples(self, states: list[dict[str, Any]], advantages: list[float]) -> list[Any]:
@@ -163,23 +155,17 @@ class OPDMode(RLMode):
     def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, totals: Any) -> Any:
         from verifiers_rl.trainer.distill_loss import DistillInputs
 
-        total_tokens = totals.tokens
-
         mask = mb.loss_mask & ~mb.env_mask  # the KL only on the policy's own sampled tokens
-        inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mask, total_loss_tokens=total_tokens,
+        inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mask, total_loss_tokens=totals.tokens,
                                sampling_logprobs=sampling, teacher_logprobs=self._teacher_logprobs(mb, mask))
         return self.loss_spec.fn(inputs, self.loss_config)
-
-    def close(self) -> None:
-        self.teacher.close()
 
 
 class SFTMode(RLMode):
     name = "sft"
 
     def __init__(self, trainer: Any, teacher: Any):
-        super().__init__(trainer)
-        self.teacher = teacher
+        super().__init__(trainer, teacher)
         self.temperature = 1.0  # cross-entropy of the policy itself, whatever temperature the teacher sampled at
         self.truncation = None
 
@@ -209,13 +195,8 @@ class SFTMode(RLMode):
     def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, totals: Any) -> Any:
         from verifiers_rl.trainer.distill_loss import DistillInputs
 
-        total_tokens = totals.tokens
-
-        inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mb.loss_mask, total_loss_tokens=total_tokens)
+        inputs = DistillInputs(trainer_logprobs=lp, loss_mask=mb.loss_mask, total_loss_tokens=totals.tokens)
         return self.loss_spec.fn(inputs, self.loss_config)
-
-    def close(self) -> None:
-        self.teacher.close()
 
 
 def build_mode(trainer: Any) -> RLMode:

@@ -68,7 +68,6 @@ class StepRunner:
         samples = tr.mode.samples(batch.states, advantages[mine].tolist())  # opd by URL: the teacher scores here
         t_train = time.perf_counter()
         total_loss, loss_metrics = self.train_on(model, samples, step)
-        loss_metrics = tr.mode.finish(loss_metrics)
         from verifiers_rl.trainer.rollout_metrics import rollout_metrics
 
         metrics = {
@@ -149,14 +148,21 @@ class StepRunner:
         return kwargs if self.packing_checked else {}
 
     def after_optimizer_step(self) -> None:
-        """Serve the new weights, and complete the step's metrics: time/weight_sync, the inference's, time/step."""
+        """Serve the new weights, and complete the step's metrics: time/weight_sync, the inference's, time/step,
+        then perf/throughput, perf/peak_memory, perf/mfu (a known GPU) over that time."""
+        from verifiers_rl.trainer.rollout_metrics import perf_metrics
+
         tr = self.trainer
         t0 = time.perf_counter()
         tr.sync_inference(tr.state.global_step)
         if tr.pending_metrics:
-            tr.pending_metrics[-1]["time/weight_sync"] = time.perf_counter() - t0
-            tr.pending_metrics[-1].update(tr.inference.metrics())
-            tr.pending_metrics[-1]["time/step"] = time.perf_counter() - self.started
+            last = tr.pending_metrics[-1]
+            last["time/weight_sync"] = time.perf_counter() - t0
+            last.update(tr.inference.metrics())
+            last["time/step"] = time.perf_counter() - self.started
+            if tr.last_states:
+                last.update(perf_metrics(tr.last_states, last["time/step"], tr.args.world_size, tr.args.device,
+                                         model=tr.model))
 
 
 def merge_pending(logs: dict[str, float], pending: list[dict[str, float]]) -> dict[str, float]:
