@@ -14,6 +14,7 @@ Two modes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import threading
@@ -178,28 +179,17 @@ class Orchestrator:
             batch = self._futures.pop(step).result()
         return batch, time.perf_counter() - t0
 
-    def set_policy_version(self, version: int) -> None:
-        self.policy_version = version
-
     def close(self) -> None:
         for f in self._futures.values():
             f.cancel()
         self._futures.clear()
-        if self._loop is not None:
-            if self._thread is not None:
-                # Cancel what is still running there (batches generated ahead, the engine's worker), then stop.
-                try:
-                    asyncio.run_coroutine_threadsafe(_cancel_others(), self._loop).result(timeout=10)
-                except Exception:
-                    pass
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=5)
-            elif not self._loop.is_running():
-                # Cancel helpers still parked on this loop (e.g. the local engine's batching worker).
-                pending = asyncio.all_tasks(self._loop)
-                for t in pending:
-                    t.cancel()
-                if pending:  # gather() of nothing would bind to another loop
-                    self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-                self._loop.close()
-            self._loop = None
+        loop, self._loop = self._loop, None
+        # Cancel what is still running there (batches generated ahead, the local engine's batching worker), then stop.
+        if loop is not None and self._thread is not None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_cancel_others(), loop).result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(timeout=5)
+        elif loop is not None and not loop.is_running():
+            loop.run_until_complete(_cancel_others())
+            loop.close()

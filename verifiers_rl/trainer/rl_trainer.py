@@ -84,7 +84,7 @@ class RLTrainer(TrainerHooks, Trainer):
             self.sharded.refresh(self.model)  # every rank: gathers the shards
         self.inference.sync(self.served_model(), version)
         distributed.barrier(self.args.world_size)
-        self.orchestrator.set_policy_version(version)
+        self.orchestrator.policy_version = version
 
     def served_model(self) -> Any:
         """The model generation and the weight sync read: the unsharded copy under FSDP, else the policy."""
