@@ -12,26 +12,22 @@ from verifiers_rl.errors import TrainingStalledError
 
 STALL_STEPS = 3
 
-# cause → what to change
-_FIX = {
-    "dropped": "the environment dropped every rollout (verifiers' Trace.drop()): check its drop rule",
-    "prompt_too_long": "raise max_prompt_len (unset, it is max_seq_len - max_tokens; with max_tokens None, "
-                       "max_seq_len // 2 up to 512) or shorten the prompts",
-    "errored": "fix the environment (the rollouts' `error` is in the eval/trainer logs) or the server",
-    "truncated": "raise max_tokens / max_seq_len, or set mask_truncated_completions=false",
-    "empty_completion": "the model returned no tokens: check max_tokens and the inference server",
-    "context_full": "raise max_seq_len (a tool schema or system prompt counts) or shorten the prompts",
-    "below_min_reward": "the teacher's rollouts scored below sft_min_reward ([teacher] min_reward): lower it, or "
-                        "give the teacher easier examples",
-}
-_WHAT = {
-    "dropped": "dropped by the environment",
-    "prompt_too_long": "dropped",
-    "errored": "errored",
-    "truncated": "truncated and masked (mask_truncated_completions)",
-    "empty_completion": "had no completion tokens",
-    "context_full": "had no room for a reply (the prompt fills max_seq_len)",
-    "below_min_reward": "filtered out (training_mode='sft', reward < sft_min_reward)",
+# cause → (what happened to those rollouts, what to change)
+_CAUSES = {
+    "dropped": ("dropped by the environment",
+                "the environment dropped every rollout (verifiers' Trace.drop()): check its drop rule"),
+    "prompt_too_long": ("dropped", "raise max_prompt_len (unset, it is max_seq_len - max_tokens; with max_tokens "
+                                   "None, max_seq_len // 2 up to 512) or shorten the prompts"),
+    "errored": ("errored", "fix the environment (the rollouts' `error` is in the eval/trainer logs) or the server"),
+    "truncated": ("truncated and masked (mask_truncated_completions)",
+                  "raise max_tokens / max_seq_len, or set mask_truncated_completions=false"),
+    "empty_completion": ("had no completion tokens",
+                         "the model returned no tokens: check max_tokens and the inference server"),
+    "context_full": ("had no room for a reply (the prompt fills max_seq_len)",
+                     "raise max_seq_len (a tool schema or system prompt counts) or shorten the prompts"),
+    "below_min_reward": ("filtered out (training_mode='sft', reward < sft_min_reward)",
+                         "the teacher's rollouts scored below sft_min_reward ([teacher] min_reward): lower it, or "
+                         "give the teacher easier examples"),
 }
 # a step whose rollouts were all filtered by sft_min_reward is warned of, not counted towards the stop: a teacher
 # that passes rarely leaves such steps in a row by chance
@@ -91,7 +87,8 @@ def describe(causes: Counter[str], states: list[dict[str, Any]], args: Any) -> s
 
             first = first_error(states)
             detail = f" (first: {first})" if first else ""
-        parts.append(f"{cause}: {k} of {n} rollouts {_WHAT[cause]}{detail}; {_FIX[cause]}")
+        what, fix = _CAUSES[cause]
+        parts.append(f"{cause}: {k} of {n} rollouts {what}{detail}; {fix}")
     return "; ".join(parts)
 
 
@@ -115,12 +112,11 @@ class EmptyStepWatch:
             self.trained += 1
             return
         why = self.last_why = describe(causes, states or [], args)
-        if set(causes) <= _NOT_A_STALL:
-            warn(f"step {step} trained nothing: {why}")
-            return
-        self.in_a_row += 1
-        if self.in_a_row >= self.limit:
-            raise TrainingStalledError(f"stopped at step {step}: {self.limit} steps in a row trained nothing: {why}")
+        if not set(causes) <= _NOT_A_STALL:
+            self.in_a_row += 1
+            if self.in_a_row >= self.limit:
+                raise TrainingStalledError(f"stopped at step {step}: {self.limit} steps in a row trained nothing: "
+                                           f"{why}")
         warn(f"step {step} trained nothing: {why}")
 
     def _reward_errors(self, step: int, states: list[dict[str, Any]], warn: Any) -> None:
