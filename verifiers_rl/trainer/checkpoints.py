@@ -147,14 +147,6 @@ def merged_state_dict(peft_model: Any) -> dict[str, Any]:
     return out
 
 
-def save_merged(model: Any, tokenizer: Any, path: str) -> None:
-    """A LoRA policy as a plain HF model dir (config, merged safetensors, tokenizer)."""
-    base = model.get_base_model()
-    base.save_pretrained(path, state_dict=merged_state_dict(model))
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
-
-
 def clean_staging(trainer: Any) -> None:
     """Remove what an interrupted save left under `.staging/` (rank 0, before training starts)."""
     staging = os.path.join(trainer.args.output_dir, STAGING_DIR)
@@ -168,14 +160,6 @@ def load_rl_state(trainer: Any, checkpoint: Any) -> None:
     if path and os.path.exists(os.path.join(path, "rl_state.json")):
         with open(os.path.join(path, "rl_state.json")) as f:
             trainer.orchestrator.load_state_dict(json.load(f))
-
-
-def write_rl_state(trainer: Any, staged: str) -> None:
-    orch, step = trainer.orchestrator, trainer.state.global_step
-    with open(os.path.join(staged, "rl_state.json"), "w") as f:
-        json.dump({"step": step, "policy_version": orch.policy_version,
-                   "seed": trainer.args.seed, "data_order": "seeded shuffle per epoch; step k = k-th slice",
-                   **orch.state_dict(step)}, f, indent=2)
 
 
 def save_staged(trainer: Any, save_into: Any) -> None:
@@ -193,9 +177,16 @@ def save_staged(trainer: Any, save_into: Any) -> None:
     if not args.should_save:
         return
     staged = os.path.join(staging_root, name)
-    write_rl_state(trainer, staged)
-    if args.save_merged_weights:
-        save_merged(trainer.served_model(), trainer.processing_class, os.path.join(staged, MERGED_DIR))
+    orch, step = trainer.orchestrator, trainer.state.global_step
+    with open(os.path.join(staged, "rl_state.json"), "w") as f:
+        json.dump({"step": step, "policy_version": orch.policy_version,
+                   "seed": args.seed, "data_order": "seeded shuffle per epoch; step k = k-th slice",
+                   **orch.state_dict(step)}, f, indent=2)
+    if args.save_merged_weights:  # the LoRA policy as a plain HF model dir (config, merged safetensors, tokenizer)
+        model, merged = trainer.served_model(), os.path.join(staged, MERGED_DIR)
+        model.get_base_model().save_pretrained(merged, state_dict=merged_state_dict(model))
+        if trainer.processing_class is not None:
+            trainer.processing_class.save_pretrained(merged)
     if os.path.exists(final):
         shutil.rmtree(final)
     os.replace(staged, final)

@@ -166,10 +166,6 @@ def shard_fraction(model: Any) -> float:
 OPTIMIZER_SHARD = "optimizer.rank{rank}.pt"
 
 
-def _params(optimizer: Any) -> list[Any]:
-    return [p for g in optimizer.param_groups for p in g["params"]]
-
-
 def save_optimizer_shard(optimizer: Any, output_dir: str, rank: int) -> None:
     import torch
     from torch.distributed.tensor import DTensor
@@ -187,7 +183,7 @@ def load_optimizer_shard(optimizer: Any, checkpoint: str, rank: int) -> None:
     from torch.distributed.tensor import DTensor
 
     sd = torch.load(os.path.join(checkpoint, OPTIMIZER_SHARD.format(rank=rank)), weights_only=False)
-    params = _params(optimizer)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
     for i, s in sd["state"].items():
         p = params[int(i)]
         if isinstance(p, DTensor):
