@@ -103,14 +103,13 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
 
 def load_rows(data: DataSection) -> list[dict[str, Any]]:
     """Rows with `prompt` + `completion` or `messages`."""
+    from verifiers_rl.network import dataset_hub_message, hub_failures_as, hub_state
+
     if data.env_id is not None:
         from verifiers_rl.envs.loading import load_environment, takes_dataset_source
         from verifiers_rl.sft.warmup import sft_rows
 
-        from verifiers_rl import network
-
-        with network.hub_failures_as(lambda: network.dataset_hub_message(
-                data.env_id, takes_dataset_source(data.env_id))):
+        with hub_failures_as(lambda: dataset_hub_message(data.env_id, takes_dataset_source(data.env_id))):
             env = load_environment(data.env_id, **data.env_args)
         return sft_rows(env, data.completion_format, data.num_examples)
     from datasets import load_dataset
@@ -121,8 +120,6 @@ def load_rows(data: DataSection) -> list[dict[str, Any]]:
     if kind:
         ds = load_dataset(kind, data_files=path, split="train")
     else:
-        from verifiers_rl.network import hub_failures_as, hub_state
-
         with hub_failures_as(lambda: f"data.path: dataset {path!r} is not in the local cache and {hub_state()}; "
                                      "point data.path at a local .jsonl/.parquet/.csv file"):
             ds = load_dataset(path, split=data.split)

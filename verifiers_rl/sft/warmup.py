@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 
-def _marker(out: Path) -> Path:
-    return out / "warmup.json"
+MARKER = "warmup.json"
 
 
 def finished_warmup(out: Path, settings: dict[str, Any]) -> bool:
-    m = _marker(out)
+    m = out / MARKER
     return m.exists() and json.loads(m.read_text()).get("settings") == settings
 
 
@@ -56,7 +55,7 @@ def run_warmup(model: str, env: Any, output_dir: str | Path, *, completion_forma
         output_dir=str(work), max_steps=max_steps, learning_rate=learning_rate, batch_size=batch_size,
         lr_scheduler_type=lr_scheduler_type, max_length=max_length, seed=seed, save_steps=max_steps + 1,
         logging_steps=logging_steps), console=console, label="warm-up", header=False)
-    _marker(work).write_text(json.dumps({"settings": settings, "train_loss": loss,
+    (work / MARKER).write_text(json.dumps({"settings": settings, "train_loss": loss,
                                          "seconds": time.perf_counter() - t0}, indent=2))
     if out.exists():
         import shutil
