@@ -59,7 +59,9 @@ class V1Environment:
         # several seats (a multi-agent env): one state per seat from each rollout (envs.rollouts.generate_states)
         self.agents_per_rollout = max(1, len(self.seats))
         self.eval_tasks = list(eval_tasks) if eval_tasks is not None else self.tasks
-        self.warm_programs = warm_programs and self._on_subprocess_runtime()
+        # harness programs can start warm where a seat runs on verifiers' subprocess runtime
+        runtimes = [getattr(getattr(self.config, seat, None), "runtime", None) for seat in self.seats]
+        self.warm_programs = warm_programs and any(getattr(r, "type", None) == "subprocess" for r in runtimes)
         if self.warm_programs:  # harness programs forked from a warm interpreter (v1/warm_programs.py)
             from verifiers_rl.v1.warm_programs import enable
 
@@ -70,18 +72,18 @@ class V1Environment:
         self._lock = threading.Lock()
 
     # --- the dataset the trainer's data order indexes ------------------------------------------------------
-    def _rows(self, tasks: list[Any], split: str) -> Any:
+    def _rows(self, tasks: list[Any], n: int | None, split: str) -> Any:
         from datasets import Dataset
 
-        rows = [{"example_id": i, "task": self.env_id, "prompt": _prompt(t), "answer": "", "info": {},
-                 "v1_split": split} for i, t in enumerate(tasks)]
-        return Dataset.from_list(rows)
+        return Dataset.from_list([{"example_id": i, "task": self.env_id, "prompt": _prompt(t), "answer": "",
+                                   "info": {}, "v1_split": split}
+                                  for i, t in enumerate(tasks if n is None or n < 0 else tasks[:n])])
 
     def get_dataset(self, n: int = -1, seed: int | None = None) -> Any:
-        return self._rows(self.tasks if n is None or n < 0 else self.tasks[:n], "train")
+        return self._rows(self.tasks, n, "train")
 
     def get_eval_dataset(self, n: int = -1, seed: int | None = None) -> Any:
-        return self._rows(self.eval_tasks if n is None or n < 0 else self.eval_tasks[:n], "eval")
+        return self._rows(self.eval_tasks, n, "eval")
 
     # --- rollouts -------------------------------------------------------------------------------------
     def _limit(self, max_seq_len: int | None) -> None:
@@ -113,7 +115,8 @@ class V1Environment:
 
     def context(self, client: Any, model: str, sampling_args: dict | None) -> Any:
         base_url, engine = self.endpoint.base_url(client)
-        renderer = self.renderer_model_name or _tokenizer_path(engine) or self._served_root(base_url)
+        tokenizer_path = getattr(getattr(engine, "tokenizer", None), "name_or_path", None)
+        renderer = self.renderer_model_name or tokenizer_path or self._served_root(base_url)
         if not renderer:
             raise ValueError("a v1 environment needs the policy's tokenizer: pass renderer_model_name=")
         self._announce(base_url)
@@ -156,11 +159,6 @@ class V1Environment:
         return {"example_id": row.get("example_id"), "task": row.get("task") or self.env_id, "prompt": row.get("prompt"),
                 "answer": "", "info": {}, "completion": [], "trajectory": [], "reward": 0.0, "metrics": {},
                 "reward_errors": {}, "error": None, "is_completed": False, "is_truncated": False, "timing": {}}
-
-    def _on_subprocess_runtime(self) -> bool:
-        """Whether any seat runs on verifiers' subprocess runtime (where harness programs can start warm)."""
-        seats = [getattr(self.config, seat, None) for seat in self.seats]
-        return any(getattr(getattr(s, "runtime", None), "type", None) == "subprocess" for s in seats)
 
     def close(self) -> None:
         self.serving.close()
@@ -207,8 +205,3 @@ def _text(content: Any) -> str:
     parts = content if isinstance(content, list) else [content]
     return "".join(p.get("text", "") if isinstance(p, dict) and p.get("type", "text") == "text"
                    else f"<{p.get('type', 'part')}>" if isinstance(p, dict) else str(p) for p in parts)
-
-
-def _tokenizer_path(engine: Any) -> str | None:
-    tok = getattr(engine, "tokenizer", None)
-    return getattr(tok, "name_or_path", None) or None

@@ -17,16 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# v1_available(): the installed verifiers version when it has the v1 API this adapter targets (>=0.4,<0.5), else None
+from verifiers_rl.verifiers_runtime import v1_version as v1_available
 
 SUBPROCESS = {"type": "subprocess"}
-
-
-def v1_available() -> str | None:
-    """The installed verifiers version when it has the v1 API this adapter targets (>=0.4,<0.5), else None."""
-    from verifiers_rl.verifiers_runtime import v1_version
-
-    return v1_version()
-
 
 INSTALL = "install it with `uv sync --extra verifiers-v1` (pip: `pip install 'verifiers-rl[verifiers-v1]'`)"
 
