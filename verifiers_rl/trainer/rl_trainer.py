@@ -16,12 +16,14 @@ from typing import Any
 
 import torch
 from transformers import Trainer
+from transformers.trainer_utils import enable_full_determinism, set_seed
 
 from verifiers_rl.startup_gc import frozen_heap
 from verifiers_rl.trainer import checkpoints, distributed, evaluation, setup
 from verifiers_rl.trainer.checkpoints import STAGING_DIR  # noqa: F401  (its old home)
 from verifiers_rl.trainer.config import RLConfig
 from verifiers_rl.trainer.hf_hooks import TrainerHooks, check_hooks
+from verifiers_rl.trainer.model_loading import load_policy
 from verifiers_rl.trainer.run_settings import export_wandb_env
 from verifiers_rl.trainer.step import StepRunner, merge_pending, print_samples
 
@@ -47,7 +49,9 @@ class RLTrainer(TrainerHooks, Trainer):
         check_hooks()  # one line when the installed transformers / accelerate moved a hook we override
         env = setup.environment(env, kwargs)
         earlier_run = checkpoints.used_by(args.output_dir)  # before anything of this run is written there
-        model, tokenizer = setup.seed_and_load(model, args, processing_class, peft_config)
+        # seeded before the policy is built: the LoRA init draws from the global RNG, Trainer seeds in its __init__
+        enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
+        model, tokenizer = load_policy(model, args, processing_class, peft_config)
         self.env = env
         self.eval_envs = setup.eval_env_map(env, eval_envs)
         super().__init__(model=model, args=args, train_dataset=range(args.max_steps), processing_class=tokenizer,

@@ -1,23 +1,12 @@
-"""RLTrainer's construction, in the order it needs: seed and load the policy (before transformers.Trainer exists),
-then, on the built Trainer, its callbacks, the reference model, the training mode and sharding, and the inference
-(one `Inference` object) with the orchestrator that generates through it."""
+"""RLTrainer's construction, in the order it needs: on the built transformers.Trainer, its callbacks, the reference
+model, the training mode and sharding, and the inference (one `Inference` object) with the orchestrator that
+generates through it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from verifiers_rl.trainer import distributed, judges
-
-
-def seed_and_load(model: Any, args: Any, processing_class: Any, peft_config: Any) -> tuple[Any, Any]:
-    """The policy and its tokenizer, built after seeding: the LoRA init (get_peft_model) draws from the global RNG,
-    and transformers.Trainer seeds only in its own __init__, after the model exists."""
-    from transformers.trainer_utils import enable_full_determinism, set_seed
-
-    from verifiers_rl.trainer.model_loading import load_policy
-
-    enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
-    return load_policy(model, args, processing_class, peft_config)
 
 
 # transformers.Trainer / TRL arguments that have no meaning here → what does it (one line each, not a TypeError
