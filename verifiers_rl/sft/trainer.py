@@ -74,9 +74,10 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     trainer.save_model(str(out))  # rank 0 writes (HF's should_save)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(out))
-    if world > 1:
-        _say_rank(f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
-                  f"{settings.batch_size // world} rows")
+    if world > 1:  # one write of one line: the ranks share the console, and print() writes text and newline apart
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
+                                      f"{settings.batch_size // world} rows\n".encode())
     return out, float(result.training_loss)
 
 
@@ -88,12 +89,11 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
     from rich.console import Console
     from trl import SFTConfig, SFTTrainer
 
+    from verifiers_rl.sft.launch import rank
     from verifiers_rl.trainer.distributed import release_process_group_at_exit
     from verifiers_rl.trainer.model_loading import from_pretrained, peft_wrapping_quietly
+    from verifiers_rl.verbosity import no_progress_bars
 
-    from verifiers_rl.sft.launch import rank
-
-    out = Path(settings.output_dir)
     tokenizer = from_pretrained(AutoTokenizer, model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -115,7 +115,7 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
     ckpt = "activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__ else \
         "gradient_checkpointing"
     config = SFTConfig(
-        output_dir=str(out), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
+        output_dir=str(Path(settings.output_dir)), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
         per_device_train_batch_size=settings.batch_size // world, lr_scheduler_type=settings.lr_scheduler_type,
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length, warmup_steps=settings.warmup_steps,
@@ -126,19 +126,11 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, packing=settings.packing,
         **({"eval_strategy": "steps", "eval_steps": val_interval or settings.logging_steps,
             "per_device_eval_batch_size": settings.batch_size} if val is not None else {}))
-    from verifiers_rl.verbosity import no_progress_bars
-
     # TRL's dataset passes over pre-tokenized rows are instant: no bars; TRL wraps the model with peft here (use_lora)
     with no_progress_bars(), peft_wrapping_quietly():
         trainer = SFTTrainer(model=policy, args=config, train_dataset=data, eval_dataset=val,
                              processing_class=tokenizer, peft_config=peft_config)
     return trainer, tokenizer, console, this_rank, world
-
-
-def _say_rank(line: str) -> None:
-    """One write of one line: the ranks share the console, and print() writes the text and its newline apart."""
-    sys.stdout.flush()
-    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def _datasets(rows: list[dict[str, Any]], val_rows: list[dict[str, Any]] | None, tokenizer: Any, max_length: int,

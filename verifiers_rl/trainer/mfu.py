@@ -59,10 +59,6 @@ def device_peak_flops(device: Any) -> float | None:
     return peak_flops(torch.cuda.get_device_name(device))
 
 
-def _text_config(config: Any) -> Any:
-    return getattr(config, "text_config", None) or config
-
-
 def flops_per_token_terms(model: Any) -> tuple[float, float]:
     """(matmul FLOPs per token, attention FLOPs per token per token of sequence length) of training `model`."""
     embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
@@ -79,7 +75,7 @@ def flops_per_token_terms(model: Any) -> tuple[float, float]:
             trainable += p.numel()
         else:
             frozen += p.numel()
-    cfg = _text_config(model.config)
+    cfg = getattr(model.config, "text_config", None) or model.config
     heads = int(cfg.num_attention_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
     return 6.0 * trainable + 4.0 * frozen, 12.0 * int(cfg.num_hidden_layers) * heads * head_dim
