@@ -1,12 +1,9 @@
 """Every private transformers / accelerate internal RLTrainer relies on, in this one module.
 
-Tested on transformers 5.23 with accelerate 1.15 (the versions uv.lock pins; the whole trainer suite runs on them);
-`missing_hooks()` is also clean on transformers 5.19 (the lock's version for the vllm extra). pyproject.toml allows
-transformers >=5.0,<6: scripts/check-floors.sh runs the trainer's tests with every direct dependency at its floor
-(4.5x lacks the cache-layer API the local engine's KV cache builds on); a new major is taken only after this
-module's tests pass on it. `missing_hooks()` lists what the installed versions no longer have (a name
-gone, a parameter renamed), RLTrainer refuses to start in one line when it is not empty, and tests/test_hf_hooks.py
-runs it, so a release that moves one of them is caught at once.
+Tested on the transformers / accelerate versions uv.lock pins (pyproject.toml allows transformers >=5.0,<6;
+scripts/check-floors.sh runs the trainer's tests at every direct dependency's floor). `missing_hooks()` lists what
+the installed versions no longer have (a name gone, a parameter renamed): RLTrainer refuses to start in one line
+when it is not empty, and tests/test_hf_hooks.py runs it, so a release that moves one of them is caught at once.
 
 What is used, and why no public hook does it:
 - `Trainer._save_checkpoint` / `_get_output_dir`: checkpoints are written under `<output_dir>/.staging/` and renamed

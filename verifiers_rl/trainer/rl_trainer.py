@@ -105,15 +105,12 @@ class RLTrainer(TrainerHooks, Trainer):
     # --- eval (evaluation.py) -------------------------------------------------------------------------
     def eval_states(self, env: Any, num_examples: int, rollouts_per_example: int,
                     sampling_args: dict[str, Any] | None = None, on_group_done: Any = None) -> list[dict[str, Any]]:
-        """Scored rollouts of the current policy on `env`'s eval split (the first `num_examples` rows);
-        `on_group_done(states)` after each example's group (a progress bar)."""
+        """Scored rollouts of the current policy on `env`'s eval split (evaluation.eval_states)."""
         return evaluation.eval_states(self, env, num_examples, rollouts_per_example, sampling_args, on_group_done)
 
     def run_eval(self, evals: list[tuple[str, Any, int, int]] | None = None,
                  sampling_args: dict[str, Any] | None = None, prefix: str | None = None) -> dict[str, float]:
-        """Evaluate the current policy on each eval env's eval split and log `val/<env>/...` (default: `eval_envs`
-        with the RLConfig's eval sizes) or, for `evals` given as (name, env, num_examples, rollouts_per_example),
-        `eval/<name>/...`; `prefix` names it outright (evaluation.run_eval)."""
+        """Evaluate the current policy on the eval envs and log their metrics (evaluation.run_eval)."""
         return evaluation.run_eval(self, evals, sampling_args, prefix)
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"

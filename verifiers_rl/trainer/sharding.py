@@ -1,24 +1,16 @@
 """FSDP2 (`torch.distributed.fsdp.fully_shard`) for RLTrainer, selected the way HF users expect: `fsdp` /
 `fsdp_config={"version": 2}` on RLConfig (`[trainer.args]` in a vf-rl TOML).
 
-Why here and not in transformers: on the CPU, transformers' Trainer accepts those settings and then wraps the
-model in DistributedDataParallel (accelerate keeps no FSDP plugin there), so parameters were never sharded. When
-accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` to each decoder layer and the root, and
-the trainer keeps accelerate from wrapping the sharded model in DDP (hf_hooks.py). On GPUs accelerate applies FSDP2
-itself (not verified here: no GPU); everything below reads DTensor parameters either way.
+Why here: on the CPU, transformers' Trainer accepts those settings and then wraps the model in DDP (accelerate keeps
+no FSDP plugin there). When accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` to each
+decoder layer and the root, and the trainer keeps accelerate from wrapping the sharded model in DDP (hf_hooks.py).
+Everything below reads DTensor parameters either way.
 
-Generation and weight sync never touch the sharded model: a sharded forward all-gathers on every call, and ranks
-generate different numbers of tokens. `ShardedPolicy.full` is an unsharded copy (every rank) that serves
-generation (local engine) and is what the weight sync sends; `refresh` gathers the trained parameters into it after
-each optimizer step (every rank, same order: the same collectives everywhere). With LoRA only the adapter is
-gathered (the frozen base never changes).
-
-Devices: the model is moved to the rank's device (`args.device`, cuda:LOCAL_RANK under torchrun on GPUs) before the
-copy and before sharding, so the shards, the copy and what the weight sync reads all live there (on GPUs the Trainer
-leaves the model on the CPU when accelerate takes FSDP; a CPU copy per rank is what this avoids). On the CPU nothing
-moves. The CPU path is tested (tests/test_sharding_devices.py); CUDA is checked by benchmarks/gpu_check.py.
-Under vLLM only rank 0's copy is ever sent, but every rank keeps one: resuming (`load_full_into_shards`) reads it on
-every rank, and the sharding is decided before the trainer's inference plan exists.
+Generation and weight sync never touch the sharded model (a sharded forward all-gathers on every call, and ranks
+generate different numbers of tokens): `ShardedPolicy.full` is an unsharded copy on every rank, which `refresh`
+brings up to date after each optimizer step (same collectives on every rank; with LoRA only the adapter). The model
+is moved to the rank's device (`args.device`) before the copy and the sharding, so shards, copy and weight sync all
+live there; resuming (`load_full_into_shards`) reads the copy on every rank.
 """
 
 from __future__ import annotations

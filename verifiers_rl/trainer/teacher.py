@@ -40,7 +40,15 @@ class Teacher:
         self.url = args.teacher_url.rstrip("/") if args.teacher_url else None
         self.model = self.tokenizer = self.engine = None
         if self.url is None:
-            self._load(args.teacher_model, device)
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            from verifiers_rl.trainer.model_loading import from_pretrained
+
+            dtype = torch.bfloat16 if args.bf16 else torch.float32
+            self.tokenizer = from_pretrained(AutoTokenizer, args.teacher_model)
+            self.model = from_pretrained(AutoModelForCausalLM, args.teacher_model, dtype=dtype)
+            self.model = self.model.to(device).eval().requires_grad_(False)
             self.name = "teacher"
         else:
             self.name = args.teacher_model_name or self._served_name()
@@ -50,16 +58,6 @@ class Teacher:
                 raise ValueError(problem)
 
     # --- set-up ---------------------------------------------------------------------------------------------------
-    def _load(self, path: str, device: Any) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from verifiers_rl.trainer.model_loading import from_pretrained
-
-        dtype = torch.bfloat16 if self.args.bf16 else torch.float32
-        self.tokenizer = from_pretrained(AutoTokenizer, path)
-        self.model = from_pretrained(AutoModelForCausalLM, path, dtype=dtype).to(device).eval().requires_grad_(False)
-
     def _get(self, route: str, body: dict | None = None, root: bool = False) -> Any:
         """One JSON request to the teacher server (GET without a body); the base URL's `/v1` is left out for
         `root` routes (vLLM's /tokenize)."""

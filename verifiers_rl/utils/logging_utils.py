@@ -20,12 +20,11 @@ def setup_logging(level: str | int | None = "INFO", log_format: str | None = Non
     for name in LOGGER_NAMES:
         logger = logging.getLogger(name)
         logger.handlers.clear()
+        logger.propagate = False
         if level is None:
-            logger.propagate = False
             logger.addHandler(logging.NullHandler())
             continue
         logger.setLevel(level.upper() if isinstance(level, str) else level)
-        logger.propagate = False
         console = logging.StreamHandler()
         console.setFormatter(fmt)
         logger.addHandler(console)

@@ -15,10 +15,6 @@ async def parse_response_message(response: Response) -> Messages:
                              thinking_blocks=msg.get("thinking_blocks"), tool_calls=msg.get("tool_calls"))]
 
 
-def _cut(values: list | None, n: int) -> list | None:
-    return None if values is None else list(values[:n])
-
-
 async def parse_response_tokens(response: Response | None,
                                 max_seq_len: int | None = None) -> TrajectoryStepTokens | None:
     """The step's token record, cut to `max_seq_len` (an overlong prompt keeps no completion)."""
@@ -38,7 +34,8 @@ async def parse_response_tokens(response: Response | None,
             experts = [] if experts is not None else None
         elif len(c_ids) > room:
             truncated = True
-            c_ids, c_mask, c_lps, experts = c_ids[:room], c_mask[:room], c_lps[:room], _cut(experts, room)
+            c_ids, c_mask, c_lps = c_ids[:room], c_mask[:room], c_lps[:room]
+            experts = None if experts is None else list(experts[:room])
     out = TrajectoryStepTokens(prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
                                completion_logprobs=c_lps, overlong_prompt=overlong, is_truncated=truncated,
                                routed_experts=experts)

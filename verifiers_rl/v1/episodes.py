@@ -1,21 +1,20 @@
 """verifiers v1 episodes → states of ours, and this run's sampling → a v1 `ModelContext`.
 
 A v1 `Trace` holds a message graph whose root→leaf `branches` are the token sequences the engine saw: `token_ids`
-(prompt + completion + environment tokens, exactly as sampled), `sampled_mask` (True on tokens the model sampled)
-and `logprobs` (the sampler's, 0.0 elsewhere). Each trainable branch becomes one trajectory step of ours with
-`tokens = {prompt_ids (before the first sampled token), completion_ids (the rest), completion_mask (the sampled
-mask over the rest), completion_logprobs}`, so `turn_tokens.rollout_tokens` and `batching.build_samples` treat it
-like any rollout: one branch → one sample whose loss mask is the sampled mask; several branches that are not one
-another's prefix (compaction, subagents) → one sample each. The reward is `trace.reward` (Σ score·weight), the
-metrics are the trace's metrics and each reward's score; a failed episode or trace keeps its place with `error`
-set (no loss; counted in the step's error metrics), as does an episode whose trace is not trainable. A trace the
-env dropped (verifiers 0.4.1's `Trace.drop()`) keeps its place with `dropped` set: no loss, and out of the reward
-means and its group's advantage baseline (`rewards.is_dropped`). Branch arrays may be lists (0.4.0) or numpy
-arrays (0.4.1). A
-multi-agent env (several `AgentConfig` seats, e.g. two players) gives one state per seat, each with its own
-trace's reward: `generate_states` lays them out seat by seat, so each advantage group is one task x one seat. A
-seat that played several traces in one episode gives one state: each trace's tokens a sample of their own, all
-with the episode's advantage, whose reward is the mean of the traces' rewards (`merged_state`).
+(prompt + completion + environment tokens, exactly as sampled), `sampled_mask` (True on tokens the model sampled) and
+`logprobs` (the sampler's, 0.0 elsewhere). Each trainable branch becomes one trajectory step of ours with `tokens =
+{prompt_ids (before the first sampled token), completion_ids (the rest), completion_mask (the sampled mask over the
+rest), completion_logprobs}`, so `turn_tokens.rollout_tokens` and `batching.build_samples` treat it like any rollout:
+one branch → one sample whose loss mask is the sampled mask; several branches that are not one another's prefix
+(compaction, subagents) → one sample each. The reward is `trace.reward` (Σ score·weight), the metrics are the trace's
+metrics and each reward's score; a failed episode or trace keeps its place with `error` set (no loss; counted in the
+step's error metrics), as does an episode whose trace is not trainable. A trace the env dropped (verifiers 0.4.1's
+`Trace.drop()`) keeps its place with `dropped` set: no loss, and out of the reward means and its group's advantage
+baseline (`rewards.is_dropped`). Branch arrays may be lists (0.4.0) or numpy arrays (0.4.1). A multi-agent env (several
+`AgentConfig` seats, e.g. two players) gives one state per seat, each with its own trace's reward: `generate_states`
+lays them out seat by seat, so each advantage group is one task x one seat. A seat that played several traces in one
+episode gives one state: each trace's tokens a sample of their own, all with the episode's advantage, whose reward is
+the mean of the traces' rewards (`merged_state`).
 """
 
 from __future__ import annotations

@@ -45,25 +45,20 @@ def require_v1() -> Any:
     return vf
 
 
-def env_config_data(env: str | dict, taskset_args: dict | None = None) -> dict:
-    """The raw `[env]` config: a taskset id (plus its config fields in `taskset_args`) or a config dict."""
-    data = {"taskset": {"id": env}} if isinstance(env, str) else {k: v for k, v in env.items()}
-    if taskset_args:
-        data["taskset"] = {**dict(data.get("taskset") or {}), **taskset_args}
-    if not (data.get("taskset") or {}).get("id"):
-        raise ValueError("a v1 environment config needs taskset.id (the installed taskset package)")
-    return data
-
-
 def agent_seats(cfg: Any, vf: Any) -> list[str]:
     """The config's agent seats: its fields holding an `AgentConfig` (`agent`, or a multi-agent env's roles)."""
     return [name for name in type(cfg).model_fields if isinstance(getattr(cfg, name, None), vf.AgentConfig)]
 
 
 def resolve_config(env: str | dict, taskset_args: dict | None = None) -> Any:
-    """verifiers' EnvConfig for `env`, every seat defaulted to the subprocess runtime and the null harness."""
+    """verifiers' EnvConfig for `env` (a taskset id, plus its config fields in `taskset_args`, or the raw `[env]`
+    config dict), every seat defaulted to the subprocess runtime and the null harness."""
     vf = require_v1()
-    data = env_config_data(env, taskset_args)
+    data = {"taskset": {"id": env}} if isinstance(env, str) else {k: v for k, v in env.items()}
+    if taskset_args:
+        data["taskset"] = {**dict(data.get("taskset") or {}), **taskset_args}
+    if not (data.get("taskset") or {}).get("id"):
+        raise ValueError("a v1 environment config needs taskset.id (the installed taskset package)")
     cfg = vf.resolve_env_config(data)
     out = cfg.model_dump(mode="json", exclude_unset=True)
     for seat in agent_seats(cfg, vf):
