@@ -143,20 +143,10 @@ def token_logprobs_and_entropy(
     with_entropy: bool = True,
     truncation: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probabilities (and entropies) of ``input_ids`` under ``softmax(logits / temperature)``.
-
-    Alignment: a causal LM's ``logits[:, t]`` is the distribution of token ``t + 1`` given tokens ``<= t``. The
-    outputs are shifted back onto token positions, so ``out[:, t]`` is ``log p(input_ids[:, t] | input_ids[:, :t])``
-    for ``t >= 1`` and ``out[:, 0] = 0`` (the first token has no prediction). A loss mask over token positions
-    ``[B, T]`` therefore indexes the outputs directly. The last position of ``logits`` (the token after the
-    sequence) is unused.
-
-    Logits are divided by the sampling ``temperature`` first so the logprobs match what the server sampled with.
-
-    Returns ``(logprobs [B, T], entropy [B, T] or None)`` in fp32 for half-precision logits. The entropy is a
-    metric: it is computed without grad (detached). Rows are processed in chunks, so the temperature-scaled fp32
-    copy is never [B, T, V].
-    """
+    """Per-token log-probabilities (and entropies) of ``input_ids`` under ``softmax(logits / temperature)``, from
+    full ``[B, T, V]`` logits: :func:`hidden_token_logprobs` with the identity as the head (same alignment,
+    ``out[:, 0] = 0``; the last position of ``logits`` is unused). Returns ``(logprobs [B, T], entropy [B, T]
+    detached, or None)``, fp32 for half-precision logits."""
     if logits.ndim != 3 or input_ids.ndim != 2 or logits.shape[:2] != input_ids.shape:
         raise ValueError(
             f"expected logits [B, T, V] and input_ids [B, T], got {tuple(logits.shape)} and {tuple(input_ids.shape)}"

@@ -14,9 +14,7 @@ def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None
     completion fit in ``max_seq_len``; without it and with ``max_tokens=None``, ``max_tokens`` is left out (the
     server's limit applies). vLLM-only knobs go in ``extra_body``; every knob is named, at its neutral value when off.
     """
-    temperature = config.temperature
-    if for_eval and config.eval_temperature is not None:
-        temperature = config.eval_temperature
+    temperature = config.eval_temperature if for_eval and config.eval_temperature is not None else config.temperature
     # every sampling parameter named, off ones at their neutral value: a server must not fill them from the
     # checkpoint's generation config (plan/sampling.py)
     args, extra_body = stated_knobs(temperature, config.top_p, config.top_k, config.min_p,

@@ -1,9 +1,4 @@
-"""Async helpers that environment code imports as `verifiers.utils.async_utils`.
-
-`maybe_await` lets a caller accept sync and async callables alike (reward functions, tools, clients);
-`maybe_semaphore` / `with_sem` bound concurrency when a limit is set; `maybe_retry` re-runs a rollout whose
-state records a retryable error; `run_sync` drives a coroutine from synchronous code.
-"""
+"""Async helpers that environment code imports as `verifiers.utils.async_utils`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Tool helpers environment code imports as `verifiers.utils.tool_utils`.
-
-`convert_func_to_tool_def(func)` gives the `vf.Tool` a model sees for a Python function (see
-`utils/tool_schema.py` for how the schema is made); `is_valid_tool_content_parts(value)` says whether a tool's
-return value is already a list of chat content parts (text / image_url), which a ToolEnv then passes to the
-model as parts instead of turning it into a string.
-"""
+"""Tool helpers environment code imports as `verifiers.utils.tool_utils` (the schema: `utils/tool_schema.py`). A
+tool's return value that is already a list of chat content parts reaches the model as parts, not as a string."""
 
 from __future__ import annotations
 

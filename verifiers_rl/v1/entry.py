@@ -2,11 +2,11 @@
 `envs.loading.environment_api` decides (the one decision; `api` = "auto" | "classic" | "v1").
 
 - classic: `load_environment(**args)` of the id's module (`envs.loading.load_environment_or_one_line`);
-- v1: `args` is the v1 env config (`taskset = {<its config fields>}`, `agent = {harness = {id = ...}, runtime =
-  {type = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`, plus our `max_tasks` (the first N
-  tasks: needed for an endless taskset), `warm_programs` (default true: harness programs start warm) and
-  `renderer` (verifiers' `TrainClientConfig.renderer`: a tool-capable renderer for a taskset with tools); a folder id (`./my_taskset`, holding
-  `my_taskset.py` or `my_taskset/__init__.py`) puts that folder on sys.path. No line is printed here: the v1
+- v1: `args` is the v1 env config (`taskset = {<its config fields>}`, `agent = {harness = {id = ...}, runtime = {type
+  = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`, plus our `max_tasks` (the first N tasks: needed
+  for an endless taskset), `warm_programs` (default true: harness programs start warm) and `renderer` (verifiers'
+  `TrainClientConfig.renderer`: a tool-capable renderer for a taskset with tools); a folder id (`./my_taskset`,
+  holding `my_taskset.py` or `my_taskset/__init__.py`) puts that folder on sys.path. No line is printed here: the v1
   environment's first rollout prints the one line naming the v1 API, its version and each seat's harness/runtime.
 
 Failures are one line (`EnvironmentLoadError` / `EnvironmentArgsError`), a missing verifiers 0.4 naming
@@ -34,18 +34,6 @@ def load_env_entry(env_id: str, args: dict[str, Any] | None = None, *, api: str 
     return load_v1_entry(env_id, dict(args or {}), path, why)
 
 
-def _v1_config(env_id: str, args: dict[str, Any]) -> dict[str, Any]:
-    taskset = args.get("taskset") or {}
-    if not isinstance(taskset, dict):
-        raise EnvironmentArgsError(f"environment {env_id!r}: args.taskset must be a table of the taskset's config "
-                                   f"fields, got {taskset!r}")
-    tid = module_name_for(env_id) if is_folder_id(env_id) else env_id.strip()
-    if taskset.get("id") not in (None, tid):
-        raise EnvironmentArgsError(f"environment {env_id!r}: args.taskset.id = {taskset['id']!r}: the taskset is "
-                                   f"the [env] id (vf-eval: the env id); drop args.taskset.id")
-    return {**args, "taskset": {**taskset, "id": tid}}
-
-
 def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, why: str) -> Any:
     """A `V1Environment` for `env_id`, its v1 config `args` (docstring above); `why`: the API decision's reason."""
     from verifiers_rl.v1.environment import load_v1_environment
@@ -66,7 +54,15 @@ def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, wh
     if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1):
         raise EnvironmentArgsError(f"environment {env_id!r}: args.max_tasks = {max_tasks!r} must be a whole number "
                                    ">= 1 (the first tasks of the taskset)")
-    data = _v1_config(env_id, args)
+    taskset = args.get("taskset") or {}
+    if not isinstance(taskset, dict):
+        raise EnvironmentArgsError(f"environment {env_id!r}: args.taskset must be a table of the taskset's config "
+                                   f"fields, got {taskset!r}")
+    tid = module_name_for(env_id) if is_folder_id(env_id) else env_id.strip()
+    if taskset.get("id") not in (None, tid):
+        raise EnvironmentArgsError(f"environment {env_id!r}: args.taskset.id = {taskset['id']!r}: the taskset is "
+                                   f"the [env] id (vf-eval: the env id); drop args.taskset.id")
+    data = {**args, "taskset": {**taskset, "id": tid}}
     if is_folder_id(env_id):
         path = Path(env_id.strip()).expanduser()
     try:

@@ -100,27 +100,24 @@ class PolicyEndpoint:
                 if not url.startswith("http"):
                     raise TypeError(f"a v1 environment needs an HTTP policy endpoint or the local engine, got {inner!r}")
                 roots = [url.rstrip("/")]
-            return self._proxy(inner, roots).base_url, None
+            from verifiers_rl.inference.generate_proxy import GenerateProxy
+
+            timeout = getattr(inner, "timeout", None)
+            timeout = float(timeout) if isinstance(timeout, (int, float)) else 600.0
+            proxy = self._once(inner, lambda: GenerateProxy(roots, getattr(inner, "api_key", None),
+                                                             timeout_s=timeout).start())
+            return proxy.base_url, None
+        from verifiers_rl.inference.local_http import serve_local_engine
+
+        return self._once(engine, lambda: serve_local_engine(engine)).base_url, engine
+
+    def _once(self, owner: Any, start: Any) -> Any:
+        """The server `start()` made for `owner` (a client: its generate proxy; an engine: its HTTP server)."""
         with self._lock:
-            srv = self._servers.get(id(engine))
+            srv = self._servers.get(id(owner))
             if srv is None:
-                from verifiers_rl.inference.local_http import serve_local_engine
-
-                srv = self._servers[id(engine)] = serve_local_engine(engine)
-        return srv.base_url, engine
-
-    def _proxy(self, client: Any, roots: list[str]) -> Any:
-        """The generate proxy in front of `roots`, once per client."""
-        with self._lock:
-            proxy = self._servers.get(id(client))
-            if proxy is None:
-                from verifiers_rl.inference.generate_proxy import GenerateProxy
-
-                timeout = getattr(client, "timeout", None)
-                timeout = float(timeout) if isinstance(timeout, (int, float)) else 600.0
-                proxy = self._servers[id(client)] = GenerateProxy(roots, getattr(client, "api_key", None),
-                                                                  timeout_s=timeout).start()
-        return proxy
+                srv = self._servers[id(owner)] = start()
+        return srv
 
     def upstream(self, base_url: str) -> str:
         """" (proxy to <servers>)" when `base_url` is a generate proxy of ours, else ""."""

@@ -3,15 +3,15 @@ script: verifiers' `null` harness's chat program, for one) as a fresh Python tha
 again; here the program runs in a child forked from a server that imported them once (`warm_server.py`, run by the
 script's own interpreter), so an episode costs a fork instead of an interpreter start and its imports.
 
-`enable()` wraps `SubprocessRuntime.run_program` of verifiers' v1 for this process (the trainer's; verifiers'
-runtime config is a closed union of types, so this is a setting of ours, `[env] args.warm_programs`, on by default
-for the subprocess runtime); the episodes of an environment that asks for it run inside `in_episode(True, ...)`,
-everything else (another environment, verifiers' own driver) as verifiers runs it. Only the uv-script form verifiers' `prepare_uv_script` returns is run warm; any other
-program, or a fork server that cannot start, runs as verifiers would run it. The program sees the environment,
-working directory and arguments it would have had (the same activation variables as verifiers' `sh -c` wrapper),
-runs in its own session (cancelling an episode kills its process group, as verifiers' runtime does), and its exit
-code, stdout and stderr come back as a `ProgramResult`. The servers stop at `disable()`, at exit, and with their
-parent (PR_SET_PDEATHSIG).
+`enable()` wraps `SubprocessRuntime.run_program` of verifiers' v1 for this process (the trainer's; verifiers' runtime
+config is a closed union of types, so this is a setting of ours, `[env] args.warm_programs`, on by default for the
+subprocess runtime); the episodes of an environment that asks for it run inside `in_episode(True, ...)`, everything
+else (another environment, verifiers' own driver) as verifiers runs it. Only the uv-script form verifiers'
+`prepare_uv_script` returns is run warm; any other program, or a fork server that cannot start, runs as verifiers
+would run it. The program sees the environment, working directory and arguments it would have had (the same activation
+variables as verifiers' `sh -c` wrapper), runs in its own session (cancelling an episode kills its process group, as
+verifiers' runtime does), and its exit code, stdout and stderr come back as a `ProgramResult`. The servers stop at
+`disable()`, at exit, and with their parent (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -67,22 +67,18 @@ def _start(interpreter: str, script: str, env: dict[str, str]) -> tuple[subproce
     sock = os.path.join(tempfile.mkdtemp(prefix="vf-warm-"), "s")
     proc = subprocess.Popen([interpreter, SERVER_SCRIPT, sock, script], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True)
-    line = _ready_line(proc)
-    if not line.get("ready"):
-        _stop(proc)
-        raise RuntimeError(f"the warm program server for {script} did not start")
-    return proc, sock
-
-
-def _ready_line(proc: subprocess.Popen) -> dict:
-    out: list[str] = []
+    out: list[str] = []  # the server's first line, read with a timeout
     reader = threading.Thread(target=lambda: out.append(proc.stdout.readline()), daemon=True)
     reader.start()
     reader.join(START_TIMEOUT_S)
     try:
-        return json.loads(out[0]) if out and out[0] else {}
+        line = json.loads(out[0]) if out and out[0] else {}
     except json.JSONDecodeError:
-        return {}
+        line = {}
+    if not line.get("ready"):
+        _stop(proc)
+        raise RuntimeError(f"the warm program server for {script} did not start")
+    return proc, sock
 
 
 def _stop(proc: subprocess.Popen) -> None:
