@@ -187,10 +187,11 @@ def _destroy_process_group() -> None:
 def check_supported(args: Any) -> None:
     """One-line ConfigError for what several training processes do not support yet; with several, this rank also
     dies with its launcher and releases its process group at exit."""
-    if args.world_size > 1:
-        die_with_launcher()
-        release_process_group_at_exit()
-    problem = several_processes_problem(args) if args.world_size > 1 else None
+    if args.world_size <= 1:
+        return
+    die_with_launcher()
+    release_process_group_at_exit()
+    problem = several_processes_problem(args)
     if problem:
         from verifiers_rl.errors import ConfigError
 

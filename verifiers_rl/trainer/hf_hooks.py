@@ -19,6 +19,7 @@ What is used, and why no public hook does it:
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 from typing import Any
@@ -39,18 +40,12 @@ HOOKS: dict[tuple[str, str], tuple[str, ...] | None] = {
 _ATTRIBUTE_SET_IN = {"transformers.Trainer": "create_scheduler", "accelerate.Accelerator": "__init__"}
 
 
-def _owner(path: str) -> Any:
-    import importlib
-
-    module, name = path.rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)
-
-
 def missing_hooks() -> list[str]:
     """One entry per hook above that the installed transformers / accelerate lacks or calls differently."""
     missing = []
     for (owner_path, name), params in HOOKS.items():
-        owner = _owner(owner_path)
+        module, cls = owner_path.rsplit(".", 1)
+        owner = getattr(importlib.import_module(module), cls)
         if params is None:
             try:
                 source = inspect.getsource(getattr(owner, _ATTRIBUTE_SET_IN[owner_path]))

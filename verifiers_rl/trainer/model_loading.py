@@ -18,11 +18,6 @@ def adapter_base(path: str | os.PathLike) -> str:
     return json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"]
 
 
-def _has_tokenizer(path: str | os.PathLike) -> bool:
-    p = Path(path)
-    return p.is_dir() and any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
-
-
 @contextmanager
 def peft_wrapping_quietly() -> Iterator[None]:
     """peft reads transformers' deprecated `is_gradient_checkpointing` while it wraps a model (a FutureWarning on
@@ -103,7 +98,8 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
             base = from_pretrained(AutoModelForCausalLM, base_id, dtype=dtype)
             with peft_wrapping_quietly():
                 model = PeftModel.from_pretrained(base, path, is_trainable=True)
-            tok_source = path if _has_tokenizer(path) else base_id
+            has_tokenizer = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+            tok_source = path if has_tokenizer else base_id
         else:
             model = from_pretrained(AutoModelForCausalLM, path, dtype=dtype)
             tok_source = path

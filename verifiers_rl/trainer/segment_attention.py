@@ -107,7 +107,9 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
     return out.view(R, L, H, D), None
 
 
-def _register() -> None:
+@contextlib.contextmanager
+def segments_attention(config: Any, layout: Layout) -> Iterator[Layout]:
+    """The model whose (text) `config` this is attends by `layout` inside the block; sdpa again after it."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -115,12 +117,6 @@ def _register() -> None:
         AttentionInterface.register(NAME, _attention)
         # masks as for sdpa: the packed forward passes none (nothing is built), any other forward its own
         AttentionMaskInterface.register(NAME, sdpa_mask)
-
-
-@contextlib.contextmanager
-def segments_attention(config: Any, layout: Layout) -> Iterator[Layout]:
-    """The model whose (text) `config` this is attends by `layout` inside the block; sdpa again after it."""
-    _register()
     before = config._attn_implementation
     token = _LAYOUT.set(layout)
     config._attn_implementation = NAME

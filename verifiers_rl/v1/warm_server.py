@@ -232,24 +232,6 @@ def _replay_memo(blob: str) -> None:
             fn(*args, **kwargs)
 
 
-def _die_with_parent() -> None:
-    """SIGTERM when the process that started us dies (Linux), so no fork server outlives the trainer."""
-    with contextlib.suppress(Exception):  # elsewhere the caller's atexit stops us
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _read_line(conn: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 def _exit_code(e: SystemExit) -> int:
     if e.code is None:
         return 0
@@ -268,7 +250,13 @@ def run_child(conn: socket.socket, script: str, code_obj: object, learned: str, 
     before = set(sys.modules)
     _recording = True
     try:
-        request = json.loads(_read_line(conn))
+        data = b""
+        while not data.endswith(b"\n"):  # the request line
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        request = json.loads(data)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -305,7 +293,12 @@ def run_child(conn: socket.socket, script: str, code_obj: object, learned: str, 
 
 
 def serve(sock_path: str, script: str) -> None:
-    _die_with_parent()
+    # SIGTERM when the process that started us dies (Linux), so no fork server outlives the trainer; elsewhere the
+    # caller's atexit stops us
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` sets it (not this file's folder)
     sys.dont_write_bytecode = False  # what this server imports is compiled once, for its next start too
     learned = sock_path + ".modules"
