@@ -94,8 +94,9 @@ def test_lora_ddp_server_serves_the_trained_adapter(server, tiny_model_dir, tmp_
     torchrun(tiny_model_dir, out, server.url, "lora")
     got = ranks(out, "lora")
     check_ranks(got, "vf-policy")
-    # the server answered both ranks (its counter may trail the last reply by a moment)
-    assert poll_until(lambda: finished_requests(server.url) - before == 2 * PER_RANK, 10), \
+    # the server answered both ranks (its counter may trail the last reply by a moment), and rank 0's one-token
+    # check that a server given by URL reports processed log-probs (temperature 0.7: inference/vllm_backend.py)
+    assert poll_until(lambda: finished_requests(server.url) - before == 2 * PER_RANK + 1, 10), \
         finished_requests(server.url)
     log = Path(server.log_path).read_text(errors="replace")
     assert adapters_loaded(log, out / "lora" / ".vllm-sync") == [0, 1, 2]  # one sync per step, from rank 0

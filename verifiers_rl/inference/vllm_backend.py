@@ -93,7 +93,8 @@ class VLLMBackend(Inference):
         try:
             if not servers:
                 base_name = _served_base_model(client)
-                _check_logprobs_mode(client, base_name, args)
+                if is_main:  # one check per run (several training processes share the servers)
+                    _check_logprobs_mode(client, base_name, args)
             sync_dir, own = _sync_dir(cfg, args)
             syncer = _syncer(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
             # Bring the servers to the policy now: a policy resumed from an adapter (non-zero B) or changed in
