@@ -40,75 +40,92 @@ def unwrap_model(model: Any) -> Any:
     return model
 
 
-class _DirSync(WeightSync):
-    prefix = "v"
+class ServerSync(WeightSync):
+    """What the server weight syncs share: rank 0 syncs, the others only note the version (the trainer has them
+    wait for it); each sync's timings (`metrics`, `history`)."""
 
-    def __init__(self, client: VLLMClient, sync_dir: str | os.PathLike, is_main_process: bool = True,
-                 keep: int = 2):
+    def __init__(self, client: VLLMClient, is_main_process: bool = True):
         self.client = client
-        self.sync_dir = Path(sync_dir).resolve()
         self.is_main_process = is_main_process
-        self.keep = max(1, keep)
         self.version: int | None = None
         self.last: dict[str, float] = {}
         self.history: list[dict[str, float]] = []
-        self._written: list[Path] = []
-
-    def _save(self, model: Any, version: int) -> Path:
-        self.sync_dir.mkdir(parents=True, exist_ok=True)
-        final = self.sync_dir / f"{self.prefix}-{version:06d}-{time.time_ns() % 10**9:09d}"
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        from transformers.utils import logging as hf_logging
-
-        bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # no "Writing model shards" bar every step
-        try:
-            self._write(unwrap_model(model), tmp)
-        finally:
-            if bars:
-                hf_logging.enable_progress_bar()
-        os.replace(tmp, final)  # the servers only ever see complete directories
-        return final
-
-    def _write(self, model: Any, path: Path) -> None:
-        raise NotImplementedError
+        self._refresh_head = True  # until a server turns out to lack the worker extension
 
     def sync(self, model: Any, version: int) -> None:
-        """Write the weights to a fresh dir, load them into every server, keep the newest few dirs. Other training
-        processes only note the version (rank 0 syncs; the trainer has them wait for it)."""
         if not self.is_main_process:
             self.version = version
             return
-        t0 = time.perf_counter()
-        path = self._save(model, version)
-        t1 = time.perf_counter()
-        self.load(path, model)
-        self._written.append(path)
-        self._record(version, t1 - t0, time.perf_counter() - t1)
-        self._prune()
+        timings = self._send(model, version)
+        self.version = version
+        self.last = {**{f"time/weight_sync_{k}": v for k, v in timings.items()},
+                     "time/weight_sync_total": sum(timings.values())}
+        self.history.append({"version": float(version), **self.last})
 
-    def load(self, path: str | os.PathLike, model: Any = None) -> None:
+    def _send(self, model: Any, version: int) -> dict[str, float]:
+        """Bring every server to `model`'s weights; the seconds of each stage (the last one "load")."""
         raise NotImplementedError
 
-    def _prune(self) -> None:
-        while len(self._written) > self.keep:
-            shutil.rmtree(self._written.pop(0), ignore_errors=True)
-
-    def _record(self, version: int, save_s: float, load_s: float) -> None:
-        self.version = version
-        self.last = {"time/weight_sync_save": save_s, "time/weight_sync_load": load_s,
-                     "time/weight_sync_total": save_s + load_s}
-        self.history.append({"version": float(version), **self.last})
+    def _after_update(self, idx: int, model: Any) -> None:
+        """Server `idx` holds new weights: refresh a tied head (`refresh_tied_head`), drop its cached prefixes."""
+        if model is not None and self._refresh_head:
+            self._refresh_head = refresh_tied_head(self.client, idx, model)
+        reset_prefix_cache(self.client, idx)
 
     def metrics(self) -> dict[str, float]:
         return dict(self.last)
+
+
+class _DirSync(ServerSync):
+    """Write the weights to a fresh dir per version, load them into every server, keep the newest `keep` dirs."""
+
+    prefix = "v"
+    peft = False  # what `_send` writes: a PEFT model's adapter, or a full model
+    wrong_model = ""
+
+    def __init__(self, client: VLLMClient, sync_dir: str | os.PathLike, is_main_process: bool = True,
+                 keep: int = 2):
+        super().__init__(client, is_main_process)
+        self.sync_dir = Path(sync_dir).resolve()
+        self.keep = max(1, keep)
+        self._written: list[Path] = []
+
+    def _send(self, model: Any, version: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        self.sync_dir.mkdir(parents=True, exist_ok=True)
+        path = self.sync_dir / f"{self.prefix}-{version:06d}-{time.time_ns() % 10**9:09d}"
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        from transformers.utils import logging as hf_logging
+
+        model = unwrap_model(model)
+        if hasattr(model, "peft_config") != self.peft:
+            raise TypeError(self.wrong_model)
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # no "Writing model shards" bar every step
+        try:
+            model.save_pretrained(str(tmp), safe_serialization=True)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+        os.replace(tmp, path)  # the servers only ever see complete directories
+        t1 = time.perf_counter()
+        self.load(path, model)
+        self._written.append(path)
+        while len(self._written) > self.keep:
+            shutil.rmtree(self._written.pop(0), ignore_errors=True)
+        return {"save": t1 - t0, "load": time.perf_counter() - t1}
+
+    def load(self, path: str | os.PathLike, model: Any = None) -> None:
+        raise NotImplementedError
 
 
 class LoRAHotSwap(_DirSync):
     """Hot-swap the trained LoRA adapter into every server under one stable name."""
 
     prefix = "adapter"
+    peft = True
+    wrong_model = "LoRAHotSwap needs a PEFT model (use_lora=True)"
 
     def __init__(self, client: VLLMClient, sync_dir: str | os.PathLike, base_model_name: str,
                  lora_name: str = DEFAULT_LORA_NAME, is_main_process: bool = True, keep: int = 2):
@@ -125,11 +142,6 @@ class LoRAHotSwap(_DirSync):
         """The directory of the adapter the servers serve (None before this process's first sync)."""
         return self._written[-1] if self._written else None
 
-    def _write(self, model: Any, path: Path) -> None:
-        if not hasattr(model, "peft_config"):
-            raise TypeError("LoRAHotSwap needs a PEFT model (use_lora=True)")
-        model.save_pretrained(str(path), safe_serialization=True)
-
     def load(self, adapter_dir: str | os.PathLike, model: Any = None) -> None:
         """Load an adapter directory (e.g. a checkpoint's) into every server under `lora_name`."""
         self.client.post_all("/v1/load_lora_adapter",
@@ -142,20 +154,15 @@ class FullWeightReload(_DirSync):
     """Write all weights as safetensors; every server reloads them in place and drops its prefix cache."""
 
     prefix = "weights"
+    wrong_model = "FullWeightReload syncs a full model; with use_lora=True use LoRAHotSwap"
 
     def __init__(self, client: VLLMClient, sync_dir: str | os.PathLike, served_model_name: str,
                  is_main_process: bool = True, keep: int = 2):
         super().__init__(client, sync_dir, is_main_process, keep)
         self.served_model_name = served_model_name
-        self._refresh_head = True  # until a server turns out to lack the worker extension
 
     def model_name(self) -> str:
         return self.served_model_name
-
-    def _write(self, model: Any, path: Path) -> None:
-        if hasattr(model, "peft_config"):
-            raise TypeError("FullWeightReload syncs a full model; with use_lora=True use LoRAHotSwap")
-        model.save_pretrained(str(path), safe_serialization=True)
 
     def load(self, weights_dir: str | os.PathLike, model: Any = None) -> None:
         """Reload every server from `weights_dir`; `model` (the weights' source) says whether its head is tied."""
@@ -163,9 +170,7 @@ class FullWeightReload(_DirSync):
                              {"method": "reload_weights", "kwargs": {"weights_path": str(Path(weights_dir).resolve())}},
                              what="full-weight sync")
         for idx in range(len(self.client.roots)):
-            if model is not None and self._refresh_head:
-                self._refresh_head = refresh_tied_head(self.client, idx, model)
-            reset_prefix_cache(self.client, idx)
+            self._after_update(idx, model)
 
 
 def refresh_tied_head(client: VLLMClient, idx: int, model: Any) -> bool:

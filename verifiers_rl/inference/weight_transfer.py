@@ -37,8 +37,7 @@ from typing import Any
 from verifiers_rl.errors import ModelServerError
 from verifiers_rl.inference.vllm_client import VLLMClient
 from verifiers_rl.inference.vllm_server import free_port
-from verifiers_rl.inference.vllm_sync import unwrap_model, refresh_tied_head, reset_prefix_cache
-from verifiers_rl.inference.weight_sync import WeightSync
+from verifiers_rl.inference.vllm_sync import ServerSync, unwrap_model
 from verifiers_rl.plan.transfer import NATIVE
 
 logger = logging.getLogger(__name__)
@@ -258,25 +257,28 @@ class NCCLSender:
     """Trainer side of vLLM's NCCL backend: vLLM's own trainer engine, driven through our control client. Its init
     and each send are `bounded` by `timeout` (and end within a poll when the server is gone)."""
 
+    opening, sending = "opening the NCCL group", "sending the weights"
+
     def __init__(self, control: ServerControl, master_address: str, world_size: int, model: Any,
                  timeout: float = 600.0, poll: float = POLL_S):
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
+
+        info = NCCLTrainerInitInfo(master_address=master_address, master_port=free_port(master_address),
+                                   world_size=world_size, rank=0)
+        self._open(control, NCCLTrainerWeightTransferEngine, info, model, timeout, poll)
+
+    def _open(self, control: ServerControl, engine_cls: Any, info: Any, model: Any, timeout: float,
+              poll: float) -> None:
         from vllm.distributed.weight_transfer.base import ModuleSource
-        from vllm.distributed.weight_transfer.nccl_engine import (
-            NCCLTrainerInitInfo,
-            NCCLTrainerWeightTransferEngine,
-        )
 
         self.control, self.timeout, self.poll = control, timeout, poll
         self.broken = False  # a send that failed or hung: the communicator is unusable
-        info = NCCLTrainerInitInfo(master_address=master_address, master_port=free_port(master_address),
-                                   world_size=world_size, rank=0)
-        self.engine = bounded(_on_this_device(lambda: NCCLTrainerWeightTransferEngine.trainer_init(
-            info, client=control, source=ModuleSource(model))), "opening the NCCL group", control, timeout, poll)
+        self.engine = bounded(_on_this_device(lambda: engine_cls.trainer_init(
+            info, client=control, source=ModuleSource(model))), self.opening, control, timeout, poll)
 
     def send(self, model: Any, version: int) -> None:
         try:  # start → update ∥ broadcast → finish
-            bounded(_on_this_device(self.engine.send_weights), "sending the weights", self.control, self.timeout,
-                    self.poll)
+            bounded(_on_this_device(self.engine.send_weights), self.sending, self.control, self.timeout, self.poll)
         except ModelServerError:
             self.broken = True
             raise
@@ -295,28 +297,18 @@ def _json_safe(update_info: dict) -> dict:
     return out
 
 
-class IPCSender:
+class IPCSender(NCCLSender):
     """Trainer side of vLLM's CUDA-IPC engine (vLLM 0.32+): full fine-tuning with the server on the trainer's own
     GPU, where NCCL can't join two processes and a disk reload writes the whole model every step. The trainer
     exports a CUDA IPC handle per parameter; the server's workers map those tensors and load them, no host copy.
     Needs vllm in the trainer (`uv sync --extra vllm`); not run here (no CUDA)."""
 
+    opening, sending = "opening the IPC transfer", "sending the weights over CUDA IPC"
+
     def __init__(self, control: ServerControl, model: Any, timeout: float = 600.0, poll: float = POLL_S):
-        from vllm.distributed.weight_transfer.base import ModuleSource
         from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo, IPCTrainerWeightTransferEngine
 
-        self.control, self.timeout, self.poll = control, timeout, poll
-        info = IPCTrainerInitInfo(rank=0)
-        self.engine = bounded(_on_this_device(lambda: IPCTrainerWeightTransferEngine.trainer_init(
-            info, client=control, source=ModuleSource(model))), "opening the IPC transfer", control, timeout, poll)
-
-    def send(self, model: Any, version: int) -> None:
-        bounded(_on_this_device(self.engine.send_weights), "sending the weights over CUDA IPC", self.control,
-                self.timeout, self.poll)
-        self.control.update_weight_version(str(version))
-
-    def close(self) -> None:
-        self.engine.shutdown()
+        self._open(control, IPCTrainerWeightTransferEngine, IPCTrainerInitInfo(rank=0), model, timeout, poll)
 
 
 def _torch_versions() -> tuple[str, str | None]:
@@ -369,7 +361,7 @@ def check_nccl_compat(server_python: str, timeout: float = 30.0) -> str | None:
     return None
 
 
-class NativeWeightTransfer(WeightSync):
+class NativeWeightTransfer(ServerSync):
     """Full weights into every server over vLLM's native weight transfer. `transport` is 'nccl', 'gloo' or 'ipc'
     (what vLLM's `--weight-transfer-config` calls its backend; here "backend" means the inference runtime)."""
 
@@ -377,18 +369,13 @@ class NativeWeightTransfer(WeightSync):
                  is_main_process: bool = True, timeout: float = 600.0):
         if transport not in NATIVE:
             raise ValueError(f"transport={transport!r}: one of {NATIVE}")
-        self.client = client
+        super().__init__(client, is_main_process)
         self.served_model_name = served_model_name
         self.transport = transport
         self.master_address = master_address
-        self.is_main_process = is_main_process
         self.timeout = timeout
         self.controls = [ServerControl(client, i, timeout) for i in range(len(client.roots))]
         self.senders: list[Any] = []
-        self.version: int | None = None
-        self.last: dict[str, float] = {}
-        self.history: list[dict[str, float]] = []
-        self._refresh_head = True  # until a server turns out to lack the worker extension
 
     def model_name(self) -> str:
         return self.served_model_name
@@ -404,10 +391,7 @@ class NativeWeightTransfer(WeightSync):
             else:
                 self.senders.append(GlooSender(control, self.master_address, world, self.timeout))
 
-    def sync(self, model: Any, version: int) -> None:
-        if not self.is_main_process:  # rank 0 sends; the trainer has the other ranks wait for it
-            self.version = version
-            return
+    def _send(self, model: Any, version: int) -> dict[str, float]:
         model = unwrap_model(model)
         t0 = time.perf_counter()
         if not self.senders:
@@ -417,22 +401,13 @@ class NativeWeightTransfer(WeightSync):
             control.pause()
             try:
                 sender.send(model, version)
-                if self._refresh_head:
-                    self._refresh_head = refresh_tied_head(self.client, control.idx, model)
-                reset_prefix_cache(self.client, control.idx)
+                self._after_update(control.idx, model)
             except BaseException:
                 with contextlib.suppress(Exception):  # the transfer's own error says more
                     control.resume()
                 raise
             control.resume()
-        t2 = time.perf_counter()
-        self.version = version
-        self.last = {"time/weight_sync_connect": t1 - t0, "time/weight_sync_load": t2 - t1,
-                     "time/weight_sync_total": t2 - t0}
-        self.history.append({"version": float(version), **self.last})
-
-    def metrics(self) -> dict[str, float]:
-        return dict(self.last)
+        return {"connect": t1 - t0, "load": time.perf_counter() - t1}
 
     def close(self) -> None:
         for control, sender in zip(self.controls, self.senders):
