@@ -38,7 +38,22 @@ def add_token_fields(reply: Any) -> Any:
     return reply
 
 
-class GenerateProxy:
+class JSONServer:
+    """A stdlib threading HTTP server (of `handler`) on its own daemon thread; also the local engine's endpoint's
+    (`local_http`)."""
+
+    def __init__(self, handler: type, name: str, host: str = "127.0.0.1", port: int = 0):
+        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd.daemon_threads = True
+        self._http_thread = threading.Thread(target=self._httpd.serve_forever, name=name, daemon=True)
+        self.host, self.port = self._httpd.server_address[:2]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+class GenerateProxy(JSONServer):
     """`proxy = GenerateProxy(["http://127.0.0.1:8000"]).start()`; hand out `proxy.base_url`; `proxy.stop()`."""
 
     def __init__(self, roots: list[str], api_key: str | None = None, timeout_s: float = 600.0,
@@ -56,24 +71,17 @@ class GenerateProxy:
         self._affinity_size = affinity_size
         self._lock = threading.Lock()
         self.requests = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="vf-generate-proxy", daemon=True)
-        self.host, self.port = self._httpd.server_address[:2]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        super().__init__(_handler(self), "vf-generate-proxy")
 
     def start(self) -> "GenerateProxy":
-        if not self._thread.is_alive():
-            self._thread.start()
+        if not self._http_thread.is_alive():
+            self._http_thread.start()
         return self
 
     def stop(self) -> None:
-        if self._thread.is_alive():
+        if self._http_thread.is_alive():
             self._httpd.shutdown()
-            self._thread.join(timeout=10)
+            self._http_thread.join(timeout=10)
         self._httpd.server_close()
         self._http.close()
 
@@ -106,7 +114,7 @@ class GenerateProxy:
                 except httpx.TransportError as e:
                     if attempt == self.retries:
                         msg = f"vLLM server {root} unreachable from the generate proxy: {type(e).__name__}: {e}"
-                        return 502, json.dumps(_error(502, msg)).encode()
+                        return 502, json.dumps(json_error(502, msg, "BadGateway")).encode()
                     time.sleep(min(4.0, 0.5 * 2 ** attempt))
         finally:
             with self._lock:
@@ -116,9 +124,10 @@ class GenerateProxy:
         return 200, json.dumps(add_token_fields(r.json())).encode()
 
 
-def _error(status: int, message: str) -> dict:
-    kind = "NotFoundError" if status == 404 else "BadGateway"
-    return {"error": {"message": " ".join(message.splitlines()), "type": kind, "param": None, "code": status}}
+def json_error(status: int, message: str, kind: str) -> dict:
+    """OpenAI's error body, its message on one line whatever raised it."""
+    message = " ".join(str(message).splitlines()).strip()
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 
 ROUTES = {("POST", "/inference/v1/generate"), ("POST", "/inference/v1/abort_requests"), ("GET", "/v1/models"),
@@ -131,7 +140,13 @@ class JSONHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def _reply(self, status: int, data: bytes) -> None:
+    def _request(self) -> tuple[str, bytes]:
+        """The route (no query, no trailing slash) and the body."""
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.path.split("?")[0].rstrip("/"), self.rfile.read(length) if length else b""
+
+    def _reply(self, status: int, data: bytes | dict) -> None:
+        data = json.dumps(data).encode() if isinstance(data, dict) else data
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -145,15 +160,13 @@ class JSONHandler(BaseHTTPRequestHandler):
 def _handler(proxy: GenerateProxy) -> type:
     class Handler(JSONHandler):
         def _route(self, method: str) -> None:
-            path = self.path.split("?")[0].rstrip("/")
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else None
+            path, body = self._request()
             if (method, path) not in ROUTES:
                 routes = ", ".join(sorted(p for _, p in ROUTES))
-                self._reply(404, json.dumps(_error(404, f"no route {self.path}; the proxy serves {routes}")).encode())
+                self._reply(404, json_error(404, f"no route {self.path}; the proxy serves {routes}", "NotFoundError"))
                 return
             headers = {k: v for k in FORWARDED_HEADERS if (v := self.headers.get(k))}
-            self._reply(*proxy.forward(method, path, body, headers))
+            self._reply(*proxy.forward(method, path, body or None, headers))
 
         def do_GET(self) -> None:
             self._route("GET")

@@ -19,14 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from verifiers_rl import policy_servers
-from verifiers_rl.inference.generate_proxy import JSONHandler
+from verifiers_rl.inference.generate_proxy import JSONHandler, JSONServer, json_error
 
 
-class LocalHTTPServer:
+class LocalHTTPServer(JSONServer):
     """`with LocalHTTPServer(engine) as srv: AsyncOpenAI(base_url=srv.base_url, api_key="local")`."""
 
     def __init__(self, engine: Any, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 600.0,
@@ -36,14 +35,7 @@ class LocalHTTPServer:
         self.timeout_s = timeout_s
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="vf-local-http-loop", daemon=True)
-        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self._httpd.daemon_threads = True
-        self._http_thread = threading.Thread(target=self._httpd.serve_forever, name="vf-local-http", daemon=True)
-        self.host, self.port = self._httpd.server_address[:2]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        super().__init__(_handler(self), "vf-local-http", host, port)
 
     def start(self) -> "LocalHTTPServer":
         if not self._loop_thread.is_alive():
@@ -118,47 +110,37 @@ class LocalHTTPServer:
 ROUTES = {"/v1/chat/completions": "complete", "/inference/v1/generate": "generate"}
 
 
-def _error(status: int, message: str, kind: str) -> dict:
-    message = " ".join(str(message).splitlines()).strip()  # one line, whatever raised it
-    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
-
-
 def _handler(server: LocalHTTPServer) -> type:
     class Handler(JSONHandler):
-        def _send(self, status: int, payload: dict) -> None:
-            self._reply(status, json.dumps(payload).encode())
-
         def do_GET(self) -> None:
-            path = self.path.split("?")[0].rstrip("/")
+            path = self._request()[0]
             if path == "/health":
-                self._send(200, {"status": "ok"})
+                self._reply(200, {"status": "ok"})
             elif path == "/v1/models":
-                self._send(200, server.models())
+                self._reply(200, server.models())
             else:
-                self._send(404, _error(404, f"no route {self.path}", "NotFoundError"))
+                self._reply(404, json_error(404, f"no route {self.path}", "NotFoundError"))
 
         def do_POST(self) -> None:
-            path = self.path.split("?")[0].rstrip("/")
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            path, raw = self._request()
             route = ROUTES.get(path)
             if route is None:
-                self._send(404, _error(404, f"no route {self.path}; the local engine serves {', '.join(ROUTES)}",
-                                       "NotFoundError"))
+                self._reply(404, json_error(404, f"no route {self.path}; the local engine serves "
+                                            f"{', '.join(ROUTES)}", "NotFoundError"))
                 return
             try:
                 body = json.loads(raw or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("the request body must be a JSON object")
                 if route == "generate":
-                    self._send(200, server.generate(body, self.headers.get("X-Request-Id")))
+                    self._reply(200, server.generate(body, self.headers.get("X-Request-Id")))
                 else:
-                    self._send(200, server.complete(body))
+                    self._reply(200, server.complete(body))
             except Exception as e:
                 # the engine's BadRequestError (status 400), bad JSON or arguments: 400; anything else: 500
                 status = getattr(e, "status_code", None) or (400 if isinstance(e, (ValueError, TypeError)) else 500)
                 kind = "BadRequestError" if status == 400 else "InternalServerError"
-                self._send(status, _error(status, str(getattr(e, "message", None) or e), kind))
+                self._reply(status, json_error(status, str(getattr(e, "message", None) or e), kind))
 
     return Handler
 
