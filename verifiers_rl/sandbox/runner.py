@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from verifiers_rl.sandbox.limits import JailCgroup, SandboxLimits, SandboxResult
 from verifiers_rl.sandbox.runtimes import (BASE_ENV, WORKDIR, bwrap_argv, bwrap_executable, choose_runtime,
@@ -33,12 +32,9 @@ from verifiers_rl.sandbox.runtimes import (BASE_ENV, WORKDIR, bwrap_argv, bwrap_
 __all__ = ["run", "arun", "run_python", "python_argv", "prepare", "spawn", "JailCommand", "Spawned"]
 
 
-def _shell() -> str:
-    return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
-
-
 def _as_argv(command: str | list[str]) -> list[str]:
-    return [_shell(), "-c", command] if isinstance(command, str) else list(command)
+    shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    return [shell, "-c", command] if isinstance(command, str) else list(command)
 
 
 def python_argv(source: str, image: str | None = None) -> list[str]:
@@ -63,29 +59,6 @@ def _preexec(limits: SandboxLimits, cgroup: JailCgroup | None) -> Callable[[], N
 
 
 @dataclass
-class Spawned:
-    """A started jail: its process (pipes for stdin/stdout/stderr), runtime and what `stop()` cleans up."""
-
-    proc: subprocess.Popen
-    runtime: str
-    cgroup: JailCgroup | None
-    container: tuple[str, str] | None  # (engine, container name)
-
-    def stop(self) -> None:
-        """Kill the jail and everything in it; wait for it."""
-        if self.container is not None:
-            subprocess.run([self.container[0], "kill", self.container[1]], capture_output=True, timeout=30)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        if self.cgroup is not None:
-            self.cgroup.remove()
-
-
-@dataclass
 class JailCommand:
     """How to start a command in a jail with any process API (subprocess, asyncio): `argv`, `env`, `cwd`,
     `preexec_fn` (limits, the cgroup), and `cleanup()` once the process is gone."""
@@ -101,6 +74,25 @@ class JailCommand:
     def cleanup(self) -> None:
         if self.cgroup is not None:
             self.cgroup.remove()
+
+
+@dataclass
+class Spawned(JailCommand):
+    """A started jail: the command and its process (pipes for stdin/stdout/stderr)."""
+
+    proc: subprocess.Popen
+
+    def stop(self) -> None:
+        """Kill the jail and everything in it; wait for it."""
+        if self.container is not None:
+            subprocess.run([self.container[0], "kill", self.container[1]], capture_output=True, timeout=30)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        self.cleanup()
 
 
 def prepare(command: str | list[str], workdir: str, *, env: dict[str, str] | None = None,
@@ -139,19 +131,7 @@ def spawn(command: str | list[str], workdir: str, **kwargs: Any) -> Spawned:
     proc = subprocess.Popen(jail.argv, cwd=jail.cwd, env=jail.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
                             preexec_fn=jail.preexec_fn)
-    return Spawned(proc, jail.runtime, jail.cgroup, jail.container)
-
-
-@contextlib.contextmanager
-def _workdir(workdir: str | None) -> Iterator[str]:
-    if workdir is not None:
-        yield str(workdir)
-        return
-    path = tempfile.mkdtemp(prefix="vf-sandbox-")
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    return Spawned(**vars(jail), proc=proc)
 
 
 def _collect(jail: Spawned, stdin: bytes | None, limits: SandboxLimits) -> tuple[bytes, bytes, bool, bool]:
@@ -209,7 +189,8 @@ def run(command: str | list[str], *, workdir: str | None = None, env: dict[str, 
     limits = limits or SandboxLimits()
     data = stdin.encode() if isinstance(stdin, str) else stdin
     start = time.monotonic()
-    with _workdir(workdir) as wd:
+    with (contextlib.nullcontext(str(workdir)) if workdir is not None
+          else tempfile.TemporaryDirectory(prefix="vf-sandbox-", ignore_cleanup_errors=True)) as wd:
         jail = spawn(command, wd, env=env, limits=limits, runtime=runtime, image=image, extra_binds=extra_binds,
                       root=root)
         try:
