@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from verifiers_rl.clients.client import Client
+from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
+from verifiers_rl.types import ClientConfig
 
 __all__ = ["Client", "OpenAIChatCompletionsClient", "resolve_client"]
 
@@ -15,20 +17,9 @@ def resolve_client(obj: Any) -> Client:
     `OpenAIChatCompletionsClient`."""
     if isinstance(obj, Client):
         return obj
-    from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
-    from verifiers_rl.types import ClientConfig
-
     if isinstance(obj, ClientConfig) and obj.client_type != "openai_chat_completions":
         raise ValueError(f"client_type {obj.client_type!r} is not supported by this runtime; "
                          f"use 'openai_chat_completions'")
     if not isinstance(obj, ClientConfig) and not hasattr(obj, "chat"):
         raise ValueError(f"Unsupported client type: {type(obj)}")
     return OpenAIChatCompletionsClient(obj)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "OpenAIChatCompletionsClient":
-        from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient
-
-        return OpenAIChatCompletionsClient
-    raise AttributeError(name)
