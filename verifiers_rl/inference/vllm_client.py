@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import random
 import time
@@ -121,16 +122,16 @@ class VLLMClient:
         self.inflight[idx] += 1
         self.requests[idx] += 1
         try:
-            attempt = 0
-            while True:
+            for attempt in itertools.count():
                 try:
                     return await self._client(idx).chat.completions.create(**kwargs)
                 except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError) as e:
                     note = self.server_note(idx)
                     if note is not None or attempt >= self.max_retries:
-                        raise ModelServerError(self._failure(idx, e, attempt + 1, note)) from None
+                        what = f"{type(e).__name__}: {_one_line(getattr(e, 'message', e), 160)}"
+                        raise ModelServerError(f"vLLM server {self.roots[idx]} failed after {attempt + 1} attempt(s) "
+                                               f"({what})" + (f"; {note}" if note else "")) from None
                     await asyncio.sleep(self._backoff(attempt))
-                    attempt += 1
                 except openai.NotFoundError as e:
                     # A model/adapter name the server doesn't serve fails every rollout: stop, don't score zeros.
                     raise ModelServerError(
@@ -138,11 +139,6 @@ class VLLMClient:
                         f"{_one_line(getattr(e, 'message', e))}") from None
         finally:
             self.inflight[idx] -= 1
-
-    def _failure(self, idx: int, err: Exception, attempts: int, note: str | None) -> str:
-        what = f"{type(err).__name__}: {_one_line(getattr(err, 'message', err), 160)}"
-        msg = f"vLLM server {self.roots[idx]} failed after {attempts} attempt(s) ({what})"
-        return msg + (f"; {note}" if note else "")
 
     # --- admin requests (weight sync) -----------------------------------------------------------------------------
     def post_all(self, path: str, payload: dict[str, Any] | None = None, what: str = "request",
@@ -158,8 +154,7 @@ class VLLMClient:
         import httpx
 
         root = self.roots[idx]
-        attempt = 0
-        while True:
+        for attempt in range(retries + 1):
             try:
                 with httpx.Client(timeout=timeout) as http:
                     r = http.post(root + path, json=payload) if payload is not None else http.post(root + path)
@@ -167,14 +162,12 @@ class VLLMClient:
                 note = self.server_note(idx)
                 if note is None and attempt < retries:
                     time.sleep(self._backoff(attempt))
-                    attempt += 1
                     continue
                 raise ModelServerError(
                     f"{what}: POST {root}{path} failed ({type(e).__name__}: {_one_line(e, 160)})"
                     + (f"; {note}" if note else "")) from None
             if r.status_code >= 500 and attempt < retries and self.server_note(idx) is None:
                 time.sleep(self._backoff(attempt))
-                attempt += 1
                 continue
             if r.status_code >= 400:
                 raise ModelServerError(f"{what}: POST {root}{path} answered {r.status_code}: {_one_line(r.text)}")

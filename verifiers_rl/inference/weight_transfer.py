@@ -97,7 +97,11 @@ class ServerControl:
         self._post("/start_weight_update")
 
     def update_weights(self, update_info: dict) -> None:
-        self._rendezvous("/update_weights", {"update_info": _json_safe(update_info)})
+        handles = update_info.get("ipc_handles")
+        if handles is not None:  # CUDA IPC handles (tuples of non-JSON objects): the base64 pickle vLLM's route reads
+            update_info = {k: v for k, v in update_info.items() if k != "ipc_handles"}
+            update_info["ipc_handles_pickled"] = base64.b64encode(pickle.dumps(handles)).decode()
+        self._rendezvous("/update_weights", {"update_info": update_info})
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self._post("/finish_weight_update", {"weight_version": weight_version} if weight_version else None)
@@ -145,8 +149,13 @@ class GlooSender:
             fut = pool.submit(control.init_weight_transfer_engine, init)
             while opener.is_alive() and not fut.done():
                 opener.join(0.05)
-            if fut.done() and fut.exception() is not None:
-                raise _init_error(control, fut.exception())
+            err = fut.exception() if fut.done() else None
+            if isinstance(err, ModelServerError) and "not configured" in str(err):
+                raise ModelServerError(f"{err} — start the server with --weight-transfer-config "
+                                       "'{\"backend\": ...}' (vf-rl does for the servers it launches), or use "
+                                       "vllm_weight_transfer='disk'")
+            if err is not None:
+                raise err
             opener.join()
             if "error" in formed:
                 e = formed["error"]
@@ -190,13 +199,6 @@ class GlooSender:
     def close(self) -> None:
         self.group = None
         self.store = None
-
-
-def _init_error(control: ServerControl, err: BaseException) -> BaseException:
-    if isinstance(err, ModelServerError) and "not configured" in str(err):
-        return ModelServerError(f"{err} — start the server with --weight-transfer-config '{{\"backend\": ...}}' "
-                                "(vf-rl does for the servers it launches), or use vllm_weight_transfer='disk'")
-    return err
 
 
 def bounded(fn: Any, what: str, control: ServerControl, timeout: float, poll: float = POLL_S) -> Any:
@@ -288,15 +290,6 @@ class NCCLSender:
         self.engine.shutdown()  # vLLM aborts the communicator (ncclCommAbort, waited on for at most 5 s)
 
 
-def _json_safe(update_info: dict) -> dict:
-    """An update's CUDA IPC handles (tuples of non-JSON objects) as the base64 pickle vLLM's HTTP route reads."""
-    if update_info.get("ipc_handles") is None:
-        return update_info
-    out = {k: v for k, v in update_info.items() if k != "ipc_handles"}
-    out["ipc_handles_pickled"] = base64.b64encode(pickle.dumps(update_info["ipc_handles"])).decode()
-    return out
-
-
 class IPCSender(NCCLSender):
     """Trainer side of vLLM's CUDA-IPC engine (vLLM 0.32+): full fine-tuning with the server on the trainer's own
     GPU, where NCCL can't join two processes and a disk reload writes the whole model every step. The trainer
@@ -309,17 +302,6 @@ class IPCSender(NCCLSender):
         from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo, IPCTrainerWeightTransferEngine
 
         self._open(control, IPCTrainerWeightTransferEngine, IPCTrainerInitInfo(rank=0), model, timeout, poll)
-
-
-def _torch_versions() -> tuple[str, str | None]:
-    """This Python's torch version and, with CUDA, its NCCL version (major.minor.patch)."""
-    import torch
-
-    nccl = None
-    if torch.cuda.is_available():
-        v = torch.cuda.nccl.version()
-        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else None  # an int: torch < 1.13, not told apart
-    return torch.__version__, nccl
 
 
 _SERVER_VERSIONS = """import json, torch
@@ -347,7 +329,12 @@ def check_nccl_compat(server_python: str, timeout: float = 30.0) -> str | None:
         theirs = None
     if not isinstance(theirs, dict) or not theirs.get("torch"):
         return None
-    torch_v, nccl_v = _torch_versions()
+    import torch
+
+    torch_v, nccl_v = torch.__version__, None
+    if torch.cuda.is_available():
+        v = torch.cuda.nccl.version()
+        nccl_v = ".".join(map(str, v)) if isinstance(v, tuple) else None  # an int: torch < 1.13, not told apart
     server = f"the vLLM server's Python ({server_python})"
     fix = (f"install torch {theirs['torch'].split('+')[0]} (the one that vLLM pins) in the trainer's Python, or use "
            "vllm_weight_transfer='disk'")
