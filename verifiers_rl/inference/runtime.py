@@ -15,6 +15,7 @@ The local engine (`LocalInference`) and vLLM (`vllm_backend.VLLMBackend`) are th
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from verifiers_rl.inference.weight_sync import MergedLoRAWeights, SharedWeights, SnapshotWeights, WeightSync
@@ -54,16 +55,12 @@ class LocalInference(Inference):
 
         merged = merged_copy(model)
         if merged is not None:
-            self.engine = LocalEngine(merged, tokenizer, model_name="policy", max_model_len=max_model_len)
-            self.syncer = MergedLoRAWeights(self.engine)
+            served, syncer = merged, MergedLoRAWeights
         elif weight_sync == "snapshot":
-            import copy
-
-            snapshot = copy.deepcopy(model).eval().requires_grad_(False)
-            self.engine = LocalEngine(snapshot, tokenizer, model_name="policy", max_model_len=max_model_len)
-            self.syncer = SnapshotWeights(self.engine)
+            served, syncer = copy.deepcopy(model).eval().requires_grad_(False), SnapshotWeights
         else:
-            self.engine = LocalEngine(model, tokenizer, model_name="policy", max_model_len=max_model_len)
-            self.syncer = SharedWeights("policy")
+            served, syncer = model, None
+        self.engine = LocalEngine(served, tokenizer, model_name="policy", max_model_len=max_model_len)
+        self.syncer = syncer(self.engine) if syncer else SharedWeights("policy")
         self.inline = weight_sync != "snapshot"
         self.client = self.engine.client

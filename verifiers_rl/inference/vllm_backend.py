@@ -95,7 +95,8 @@ class VLLMBackend(Inference):
                 base_name = _served_base_model(client)
                 if is_main:  # one check per run (several training processes share the servers)
                     _check_logprobs_mode(client, base_name, args)
-            sync_dir, own = _sync_dir(cfg, args)
+            explicit = cfg.sync_dir or os.environ.get(SYNC_DIR_ENV_VAR)
+            sync_dir, own = (Path(explicit), False) if explicit else (Path(args.output_dir) / ".vllm-sync", True)
             syncer = _syncer(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
             # Bring the servers to the policy now: a policy resumed from an adapter (non-zero B) or changed in
             # memory would otherwise roll out step 0 with other weights. Fails fast if the sync route is missing.
@@ -249,10 +250,3 @@ def _check_logprobs_mode(client: VLLMClient, model: str, args: Any) -> None:
             raise VLLMLaunchError(f"vLLM server {root} returns raw log-probs (it was started without --logprobs-mode "
                                   f"processed_logprobs): the trainer's importance ratios at temperature {t:g} would "
                                   "be off; restart it with that flag (docs/vllm.md)")
-
-
-def _sync_dir(cfg: VLLMServerConfig, args: Any) -> tuple[Path, bool]:
-    explicit = cfg.sync_dir or os.environ.get(SYNC_DIR_ENV_VAR)
-    if explicit:
-        return Path(explicit), False
-    return Path(args.output_dir) / ".vllm-sync", True
