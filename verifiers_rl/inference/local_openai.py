@@ -263,8 +263,11 @@ class TokenTexts:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        from verifiers_rl.models.tiny import bytes_to_unicode
+
         dec = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
-        self._byte_dec = _byte_decoder() if type(dec).__name__ == "ByteLevel" else None
+        byte_level = type(dec).__name__ == "ByteLevel"
+        self._byte_dec = {ch: b for b, ch in bytes_to_unicode().items()} if byte_level else None
         self._cache: dict[int, tuple[str, list[int]]] = {}
 
     def __call__(self, tid: int) -> tuple[str, list[int]]:
@@ -283,12 +286,6 @@ class TokenTexts:
                 info = (text, list(text.encode("utf-8")))
             self._cache[tid] = info
         return info
-
-
-def _byte_decoder() -> dict[str, int]:
-    from verifiers_rl.models.tiny import bytes_to_unicode
-
-    return {ch: b for b, ch in bytes_to_unicode().items()}
 
 
 def _logprobs_block(res: RowResult, tokens: TokenTexts) -> dict:

@@ -212,16 +212,11 @@ class BatchWorker:
 
     def _left_padded(self, rows: list[Row]):
         import torch
+        from torch.nn.utils.rnn import pad_sequence
 
-        B = len(rows)
-        P = max(len(r.req.prompt_ids) for r in rows)
-        input_ids = torch.full((B, P), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((B, P), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids = r.req.prompt_ids
-            input_ids[i, P - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[i, P - len(ids) :] = 1
-        return input_ids, attention
+        ids = [torch.tensor(r.req.prompt_ids, dtype=torch.long) for r in rows]
+        input_ids = pad_sequence(ids, batch_first=True, padding_value=self.pad_id, padding_side="left")
+        return input_ids, pad_sequence([torch.ones_like(t) for t in ids], batch_first=True, padding_side="left")
 
     def _generate(self, model, input_ids, attention, sampler, stopper, rows: list[Row]):
         import torch

@@ -35,16 +35,13 @@ class SharedWeights(WeightSync):
         return None
 
 
-class SnapshotWeights(WeightSync):
+class SnapshotWeights(SharedWeights):
     """The local engine serves a copy of the policy, refreshed after each optimizer step, so the next step's
     rollouts can be generated while this one trains (`local_async`)."""
 
     def __init__(self, engine: Any, name: str = "policy"):
+        super().__init__(name)
         self.engine = engine
-        self._name = name
-
-    def model_name(self) -> str:
-        return self._name
 
     def sync(self, model: Any, version: int) -> None:
         self.engine.load_weights_from(model)

@@ -44,10 +44,7 @@ def unpack(info: dict, buffers: list[torch.Tensor]) -> list[tuple[str, torch.Ten
     """(name, tensor) views into the received buffers, in name order."""
     out: dict[int, tuple[str, torch.Tensor]] = {}
     for flat, (_, idx) in zip(buffers, dtype_groups(info["dtype_names"])):
-        offset = 0
-        for i in idx:
-            shape = info["shapes"][i]
-            n = int(torch.Size(shape).numel())
-            out[i] = (info["names"][i], flat[offset:offset + n].view(shape))
-            offset += n
+        parts = flat.split([int(torch.Size(info["shapes"][i]).numel()) for i in idx])
+        for i, part in zip(idx, parts):
+            out[i] = (info["names"][i], part.view(info["shapes"][i]))
     return [out[i] for i in range(len(info["names"]))]
