@@ -50,16 +50,12 @@ def native_message(m: Any) -> dict[str, Any]:
     if role == "text":
         return {"role": "user", "content": _get(m, "content")}
     out: dict[str, Any] = {"role": role, "content": _get(m, "content")}
-    if role == "assistant":
-        calls = _get(m, "tool_calls")
-        if calls:
-            out["tool_calls"] = [ToolCall(tc).to_openai() if not isinstance(tc, str) else json.loads(tc)
-                                 for tc in calls]
-        if out["content"] is None and not calls:
-            out["content"] = ""
+    calls = _get(m, "tool_calls") if role == "assistant" else None
+    if calls:
+        out["tool_calls"] = [ToolCall(tc).to_openai() if not isinstance(tc, str) else json.loads(tc) for tc in calls]
     if role == "tool":
         out["tool_call_id"] = _get(m, "tool_call_id")
-    if out["content"] is None and role != "assistant":
+    if out["content"] is None and not calls:  # an assistant's tool calls may come without content
         out["content"] = ""
     return out
 

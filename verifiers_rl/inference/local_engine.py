@@ -36,7 +36,6 @@ Layout: this module (the engine and its client), `local_openai` (arguments → r
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -164,31 +163,11 @@ class LocalEngine:
 
     # ------------------------------------------------------------------------------------- public entry
 
-    async def chat_completion(
-        self,
-        *,
-        messages,
-        model: str | None = None,
-        tools=None,
-        n: int | None = 1,
-        temperature: float | None = 1.0,
-        top_p: float | None = 1.0,
-        max_tokens: int | None = None,
-        max_completion_tokens: int | None = None,
-        stop: str | list[str] | None = None,
-        logprobs: bool | None = False,
-        top_logprobs: int | None = None,
-        seed: int | None = None,
-        extra_body: Mapping | None = None,
-        **other,
-    ):
+    async def chat_completion(self, **kwargs: Any):
+        """`client.chat.completions.create(...)`: OpenAI's chat-completions arguments (`local_openai.make_request`)."""
         from openai.types.chat import ChatCompletion
 
-        req = make_request(
-            self, messages=messages, tools=tools, n=n, temperature=temperature, top_p=top_p,
-            max_tokens=max_tokens, max_completion_tokens=max_completion_tokens, stop=stop, logprobs=logprobs,
-            top_logprobs=top_logprobs, seed=seed, extra_body=extra_body, other=other,
-        )
+        req = make_request(self, **kwargs)
         self._worker.submit(req)
         results: list[RowResult] = await req.future
         return ChatCompletion.model_validate(build_response(req, results, self.model_name, self._tokens))

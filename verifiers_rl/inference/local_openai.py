@@ -204,8 +204,10 @@ def new_token_limits(engine: Any, prompt_len: int, requested, opt) -> tuple[int,
 
 
 def make_request(
-    engine: Any, *, messages, tools, n, temperature, top_p, max_tokens, max_completion_tokens, stop, logprobs,
-    top_logprobs, seed, extra_body, other: dict,
+    engine: Any, *, messages, tools=None, n: int | None = 1, temperature: float | None = 1.0,
+    top_p: float | None = 1.0, max_tokens: int | None = None, max_completion_tokens: int | None = None,
+    stop: str | list[str] | None = None, logprobs: bool | None = False, top_logprobs: int | None = None,
+    seed: int | None = None, extra_body: Mapping | None = None, **other,
 ) -> Request:
     """Validate a chat-completions call (checks in the order the engine has always made them) into a Request.
     Reads the engine's `tokenizer`, `model` (context length), `max_model_len` and `default_max_tokens`."""

@@ -60,8 +60,7 @@ class RowResult:
 
 def find_eos_ids(model, tokenizer) -> set[int]:
     ids: set[int] = set()
-    gc = getattr(model, "generation_config", None)
-    e = getattr(gc, "eos_token_id", None) if gc is not None else None
+    e = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if isinstance(e, int):
         ids.add(e)
     elif e:
