@@ -62,9 +62,6 @@ async def generate(engine: Any, body: Any, request_id: str | None = None) -> dic
     return build_response(req, results, info, engine, f"generate-tokens-{rid or uuid.uuid4().hex}")
 
 
-# ------------------------------------------------------------------------------------------------ request
-
-
 def parse_request(engine: Any, body: Any) -> tuple[Request, BatchWorker, dict]:
     """Validate a generate body into a Request (400 with one line naming the field), the worker to run it on,
     and what the response needs."""
@@ -156,9 +153,6 @@ def _worker_for(engine: Any, ends: frozenset[int]) -> BatchWorker:
         worker.eos_ids = set(ends)
         workers[ends] = worker
     return worker
-
-
-# ----------------------------------------------------------------------------------------------- response
 
 
 def build_response(req: Request, results: list[RowResult], info: dict, engine: Any, request_id: str) -> dict:

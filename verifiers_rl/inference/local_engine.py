@@ -100,8 +100,6 @@ class LocalEngine:
         self._worker = BatchWorker(self)
         self._tokens = TokenTexts(tokenizer)
 
-    # -------------------------------------------------------------------------- construction & model swap
-
     @classmethod
     def from_pretrained(
         cls,
@@ -160,8 +158,6 @@ class LocalEngine:
     def weights_lock(self):
         """Held while a batch decodes: whoever rewrites the served weights takes it (never mid-batch)."""
         return self._worker.lock
-
-    # ------------------------------------------------------------------------------------- public entry
 
     async def chat_completion(self, **kwargs: Any):
         """`client.chat.completions.create(...)`: OpenAI's chat-completions arguments (`local_openai.make_request`)."""

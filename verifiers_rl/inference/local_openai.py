@@ -38,8 +38,6 @@ def bad_request(message: str) -> Exception:
         return LocalEngineError(message)
 
 
-# ------------------------------------------------------------------------------------------------ messages
-
 _warned_media: set[str] = set()
 
 
@@ -163,9 +161,6 @@ def engine_context(engine: Any) -> int | None:
     return ctx
 
 
-# ------------------------------------------------------------------------------------------------ request
-
-
 def sampling_dist(temperature, top_p, opt) -> Dist:
     """The distribution to sample from; `opt(name, default)` reads top_k, min_p and repetition_penalty."""
     temperature = 1.0 if temperature is None else float(temperature)
@@ -255,9 +250,6 @@ def make_request(
         future=asyncio.get_running_loop().create_future(),
         outputs=[None] * n,
     )
-
-
-# ----------------------------------------------------------------------------------------------- response
 
 
 class TokenTexts:

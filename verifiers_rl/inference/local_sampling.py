@@ -1,11 +1,6 @@
-"""What one batched decode call of the local engine (`local_decode.decode`) samples, and where each row stops.
-
-Pure tensor math over scores and token ids, testable without a model: `filter_scores` (temperature, then
-min-p, top-k, top-p as vLLM), `Sampler` (samples and records logprobs), `row_generators` (seeds),
-`StopCriteria` (EOS, per-row max_tokens, stop strings) and `final_text` (the content a stop string leaves). `Sampler` and `StopCriteria` keep
-HF's LogitsProcessor / StoppingCriteria call forms, so the same objects also work inside an HF `generate` (tests
-drive them in that form, without a model).
-The semantics are documented in `local_engine`'s docstring.
+"""What one batched decode call of the local engine (`local_decode.decode`) samples, and where each row stops
+(the semantics: `local_engine`'s docstring). Pure tensor math, testable without a model: `Sampler` and
+`StopCriteria` keep HF's LogitsProcessor / StoppingCriteria call forms, so tests drive them inside HF `generate`.
 
 torch and transformers are imported at module level: only the batching worker imports this module, inside
 the function that runs a batch, so `import verifiers_rl` stays fast.

@@ -171,8 +171,6 @@ class BatchWorker:
                 if not row.req.future.done() and all(o is not None for o in row.req.outputs):
                     row.req.future.set_result(row.req.outputs)
 
-    # --------------------------------------------------------------------------- generation (one batch)
-
     def run_batch(self, dist: Dist, rows: list[Row]) -> list[RowResult]:
         from verifiers_rl.inference.local_sampling import Sampler, StopCriteria, row_generators
 

@@ -1,9 +1,6 @@
-"""The trainer's vLLM backend: launch a server (or connect to running ones), the client, and the weight sync.
-
-    backend = VLLMBackend.start(plan, server_config, model, args)   # an `Inference` (runtime.py)
-    backend.client        # VLLMClient for the environments
-    backend.syncer        # LoRAHotSwap (lora), NativeWeightTransfer (nccl/gloo) or FullWeightReload (disk)
-    backend.close()       # stops what it launched
+"""The trainer's vLLM backend, an `Inference` (runtime.py): `VLLMBackend.start(plan, server_config, model, args)`
+launches a server (or connects to running ones); `client` is a VLLMClient, `syncer` a LoRAHotSwap (lora),
+NativeWeightTransfer (nccl/gloo/ipc) or FullWeightReload (disk); `close()` stops what it launched.
 
 Where the servers come from (the plan, `verifiers_rl.plan.InferencePlan`): its `urls` (already running, a server
 found answering at the configured port included; never launched or stopped by us); else one server launched from

@@ -73,7 +73,6 @@ class VLLMClient:
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
 
-    # --- routing --------------------------------------------------------------------------------------------------
     def _pick(self, messages: Any) -> int:
         if len(self.roots) == 1:
             return 0
@@ -114,7 +113,6 @@ class VLLMClient:
     def _backoff(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * (0.75 + 0.5 * random.random())
 
-    # --- chat completions -----------------------------------------------------------------------------------------
     async def _create(self, **kwargs: Any) -> Any:
         import openai
 
@@ -140,7 +138,6 @@ class VLLMClient:
         finally:
             self.inflight[idx] -= 1
 
-    # --- admin requests (weight sync) -----------------------------------------------------------------------------
     def post_all(self, path: str, payload: dict[str, Any] | None = None, what: str = "request",
                  timeout: float = 300.0, retries: int = 2) -> list[Any]:
         """POST `path` to every server (in order); returns each one's JSON answer (None if not JSON).
