@@ -87,9 +87,8 @@ class LocalSandboxClient:
 
     async def create(self, request: CreateSandboxRequest, image: str | None = None) -> Sandbox:
         root = Path(tempfile.mkdtemp(prefix=f"vf-{request.name}-"))
-        (root / "workspace").mkdir()
-        (root / "tmp").mkdir()
-        (root / "fs").mkdir()
+        for folder in ("workspace", "tmp", "fs"):
+            (root / folder).mkdir()
         runtime = self.runtime or (None if image else choose_runtime())  # as runner.prepare would decide
         box = Sandbox(id=uuid.uuid4().hex, name=request.name, root=root, request=request, runtime=runtime,
                       image=image, created_at=time.monotonic())
