@@ -296,16 +296,12 @@ def _logprobs_block(res: RowResult, tokens: TokenTexts) -> dict:
 
 
 def _choice(i: int, res: RowResult, parse_tools: bool, tokens: TokenTexts) -> dict:
-    content: str | None = res.text
-    tool_calls = None
+    message: dict[str, Any] = {"role": "assistant", "content": res.text}
     finish = res.finish_reason
-    if parse_tools:
-        parsed = parse_hermes_tool_calls(res.text)
-        if parsed.tool_calls:
-            content, tool_calls, finish = parsed.content, parsed.tool_calls, "tool_calls"
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
+    parsed = parse_hermes_tool_calls(res.text) if parse_tools else None
+    if parsed and parsed.tool_calls:
+        message.update(content=parsed.content, tool_calls=parsed.tool_calls)
+        finish = "tool_calls"
     return {
         "index": i,
         "message": message,
