@@ -1,17 +1,13 @@
 """EnvGroup: several environments served as one (verifiers 0.1.11 semantics).
 
-The group's datasets are its members' (train and eval, each built first) stacked in order, every row's `task`
-set to its member's name, and (verifiers 0.3) its `info["env_id"]` too, `example_id` renumbered 0..n-1 across
-the stack. A rollout goes to the member its `task` names, else (0.3 rows) the one its `info["env_id"]` names,
-else to the first member; the member sees the row as its own dataset has it (no `env_id` it lacked); `run_rollout` / `run_group` are the member's own, so
-`generate` scores with the member's rubric. `EnvGroupRubric` (what trainers score with) routes each state to
-its member's rubric and reports the metrics of ALL members, 0.0 for the ones that do not apply.
+The datasets are the members' stacked in order, each row's `task` (and verifiers 0.3's `info["env_id"]`) set to its
+member's name, `example_id` renumbered across the stack. A rollout runs on the member its `task` (else `env_id`)
+names, else the first, which sees the row as its own dataset has it and scores it with its own rubric.
+`EnvGroupRubric` (what trainers score with) reports ALL members' metrics, 0.0 where one does not apply.
 
-Beyond verifiers: `ratios` (one positive weight per member) sets how often each member's rows come up in
-training batches (see `trainer.data_order`); the rubric's `error_counts` sum the members'; members whose
-columns differ are still stacked: a missing column is filled with None (and taken out again before the
-member sees the row), and `info` dicts whose shapes differ between members are stored as JSON text (which
-`init_state` decodes), so each member's rows keep exactly their own `info`.
+Beyond verifiers: `ratios` weight how often each member's rows come up in training batches (`trainer.data_order`);
+members whose columns differ still stack: a missing column is None (removed before the member sees the row) and
+`info` dicts of differing shapes are stored as JSON text, so each member keeps exactly its own `info`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Environment: a dataset of tasks, a harness that runs the model on them, and a rubric that scores them.
 
-The classic verifiers API, with verifiers' semantics: `rollout(input, client, model, sampling_args) -> State`
-is the harness (MultiTurnEnv implements it), `run_rollout` / `run_group` score and serialize, and `generate` /
-`evaluate` (+ `_sync`) run many with a concurrency limit (see `generation.py`). Methods marked `@vf.stop`,
-`@vf.cleanup`, `@vf.teardown` are collected once per instance, highest priority first, ties by name; as in
-verifiers 0.3, `cleanup(state)` runs when a rollout ends however it ends, and `_teardown` tears the rubric
-down too.
+The classic verifiers API with verifiers' semantics: `rollout(...) -> State` is the harness (MultiTurnEnv implements
+it); running many is `generation.py`'s. `@vf.stop` / `@vf.cleanup` / `@vf.teardown` methods are collected once per
+instance, highest priority first, ties by name; as in verifiers 0.3, `cleanup(state)` runs however a rollout ends.
 Trainers call `envs.rollouts.generate_states`, which keeps the states (tokens included) instead of outputs.
 """
 
@@ -37,9 +34,8 @@ from verifiers_rl.utils.message_utils import normalize_messages
 from verifiers_rl.utils.usage_utils import StateUsageTracker, state_usage
 
 _UNSET = object()
-# The context limit of the run whose rollouts are in flight (`envs.rollouts.generate_states(max_seq_len=...)`): an
-# environment without a `max_seq_len` of its own uses it. The trainer passes it per call instead of writing it into
-# the environment object.
+# The context limit of the run whose rollouts are in flight, for an environment without its own: the trainer passes it
+# per `generate_states` call instead of writing it into the environment object.
 RUN_MAX_SEQ_LEN: ContextVar[int | None] = ContextVar("vf_run_max_seq_len", default=None)
 
 
@@ -190,8 +186,7 @@ class Environment(DatasetFormatting, Generation, ABC):
         return bool(getattr(self.rubric, "has_advantages", False))
 
     async def cleanup(self, state: State, task: Any = None, resources: Any = None) -> None:
-        """End a rollout: every `@vf.cleanup` handler, highest priority first, given what it names of
-        `state`, `env`, `task`, `resources`."""
+        """End a rollout: every `@vf.cleanup` handler, given what it names of `state`, `env`, `task`, `resources`."""
         for handler in self._cleanup_handlers:
             await call_marked(handler, state, task=task, env=self, resources=resources)
 
@@ -225,8 +220,7 @@ class Environment(DatasetFormatting, Generation, ABC):
         return True
 
     async def is_completed(self, state: State, **kwargs: Any) -> bool:
-        """Check the stop conditions in order; the first that holds completes the rollout and is named in
-        `state["stop_condition"]` (the rollout's end runs the cleanups)."""
+        """Whether a stop condition holds; the first that does is named in `state["stop_condition"]`."""
         return await Environment._check_stop(self, state, **kwargs)
 
     async def _check_stop(self, state: State, **kwargs: Any) -> bool:
@@ -251,8 +245,7 @@ class Environment(DatasetFormatting, Generation, ABC):
 
     @property
     def max_seq_len(self) -> int | None:
-        """Prompt + completion tokens a rollout may hold: the environment's own limit (its argument,
-        `set_max_seq_len`), else the limit of the run its rollouts belong to (None: no limit)."""
+        """Prompt + completion tokens a rollout may hold: the environment's own limit, else its run's (None: none)."""
         own = getattr(self, "_max_seq_len", None)
         return own if own is not None else RUN_MAX_SEQ_LEN.get()
 

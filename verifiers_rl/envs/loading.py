@@ -1,17 +1,10 @@
-"""Load an environment by id. Which module an id loads, in this order (docs/environments.md):
+"""Load an environment by id: a folder path, `verifiers-rl/<name>` (the shipped example only, so an installed module
+cannot replace a bundled config's), or `[owner/]name` (an installed module, then `environments/<name>/`, then the
+shipped example); docs/environments.md gives the order. A module that hides another of the same name is said in one
+line on stderr.
 
-- a path to a folder (`./environments/my_env`, `/abs/path/my_env`): that folder's `my_env.py`;
-- `verifiers-rl/<name>`: the example shipped with this package (`verifiers_rl.examples.<name>`), nothing else:
-  the bundled configs name their environments this way, so an installed community module cannot take their place;
-- `owner/name` or `name` (`-` → `_`): an installed module `name` first (an environment package installed with
-  vf-install, pip or prime), then `environments/<name>/` in the current directory, then the shipped example.
-
-When the module loaded hides another of the same name, one line on stderr says which file was loaded and the id
-that loads the other.
-
-Which verifiers API an environment speaks is decided here, in ONE function, `environment_api` (vf-rl's
-`[env] api`, vf-eval's `--api`): "classic" (a module with `load_environment(**args)`) or "v1" (a verifiers 0.4
-taskset package, loaded by `verifiers_rl.v1`).
+Which verifiers API an environment speaks is decided in ONE function, `environment_api`: "classic"
+(`load_environment(**args)`) or "v1" (a verifiers 0.4 taskset package, loaded by `verifiers_rl.v1`).
 """
 
 from __future__ import annotations
@@ -204,9 +197,7 @@ def _shipped_v1_taskset(name: str) -> bool:
 
 
 def environment_api(env_id: str, api: str = "auto", path: str | Path | None = None) -> tuple[str, str]:
-    """THE decision: ("classic" | "v1", why). `api` "auto": v1 when verifiers 0.4 is installed and the id's module
-    exports a v1 Taskset/Env and has no load_environment() (or no module is found and verifiers ships a taskset of
-    that name), else classic. Auto imports the module (the classic loader would import it next anyway)."""
+    """THE decision: ("classic" | "v1", why). Auto imports the module (the classic loader would import it next)."""
     if api not in API_CHOICES:
         raise EnvironmentNotFound(f"environment {env_id!r}: api {api!r} is not one of {', '.join(API_CHOICES)}")
     add_env_path(path)
@@ -236,8 +227,7 @@ def is_folder_id(env_id: str) -> bool:
 
 
 def _activate_runtime(module_name: str, pkg_dir: Path | None) -> None:
-    """Decide who answers `import verifiers` for this environment (the one decision: verifiers_runtime); the
-    console line saying it comes once the environment has loaded (an error stays one line)."""
+    """Decide who answers `import verifiers` for this environment (verifiers_runtime); an error stays one line."""
     try:
         verifiers_runtime.activate(env_requirements=environment_requirements(module_name, pkg_dir))
     except verifiers_runtime.RuntimeSettingError as e:

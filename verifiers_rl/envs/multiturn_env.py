@@ -1,13 +1,10 @@
 """MultiTurnEnv: model turn, environment response, repeat until a stop condition holds.
 
-verifiers' loop: each turn's prompt is the previous turn's prompt + completion + the environment's reply
-(`get_prompt_messages`); `env_response` may end the rollout by setting `state["final_env_response"]`; a reply
-cut by max_tokens does NOT end the rollout (the environment's own stop conditions do); `max_turns=-1` means no
-limit; `timeout_seconds` (verifiers 0.3) bounds a rollout's wall-clock time, setup included (it then ends with
-`stop_condition` "timeout_reached" and `state["timed_out"]`). The rollout's end always runs the cleanups, the
-first of which (`render_state`) renders the completion and closes the generation span. Older environment
-code keeps working: `is_completed(self, messages, state)` overrides act as one more stop condition, and
-`env_response` may return `(messages, state)`, one message dict, or a string.
+verifiers' loop: `env_response` may end the rollout by setting `state["final_env_response"]`; a reply cut by
+max_tokens does NOT end it (the environment's stop conditions do); `timeout_seconds` (verifiers 0.3) bounds its
+wall-clock time, setup included. The rollout's end always runs the cleanups, `render_state` first. Older environment
+code keeps working: an `is_completed(self, messages, state)` override is one more stop condition, and `env_response`
+may return `(messages, state)`, one message dict, or a string.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """PythonEnv: SandboxEnv whose one tool is `python`, a persistent Python REPL per rollout (verifiers' classic
-behaviour: variables live across calls; a reply is the cell's stdout, then "stderr:" and its stderr, then the
-traceback or "Out[N]: <repr of a trailing expression>", or "(no output)").
+behaviour; replies as `format_cell` shows them).
 
-The REPL is a long-lived jail on the rollout's sandbox (verifiers_rl.sandbox.python_repl), started on the first
-call (its start is the `python_ready_wait_time` metric). A cell past `timeout_per_command_seconds` gets verifiers'
-timeout line and the REPL starts over. The jail has no network, so `pip_install_packages` are not installed: they
-are looked up in the Python that runs the jail (or in `docker_image` when a container engine runs it) and the
-missing ones named in one line at construction.
+The REPL is a long-lived jail on the rollout's sandbox (verifiers_rl.sandbox.python_repl), started on the first call;
+a cell past `timeout_per_command_seconds` restarts it. The jail has no network, so `pip_install_packages` are not
+installed: the ones the jail's Python lacks are named in one line at construction.
 """
 
 from __future__ import annotations
@@ -66,7 +63,8 @@ def missing_packages(spec: str) -> list[str]:
 
 
 def format_cell(reply: dict[str, Any], count: int) -> str:
-    """A REPL cell's reply as verifiers shows it (see the module docstring); RLMEnv's Python REPL shares it."""
+    """A REPL cell's reply as verifiers shows it: stdout, "stderr:" and stderr, then the traceback or "Out[N]: <repr
+    of a trailing expression>", or "(no output)". RLMEnv's Python REPL shares it."""
     parts = [stdout] if (stdout := (reply.get("stdout") or "").rstrip()) else []
     if (stderr := (reply.get("stderr") or "").rstrip()):
         parts.append(f"stderr:\n{stderr}")

@@ -1,17 +1,10 @@
 """Driving a REAL verifiers environment (the optional extra `verifiers-rl[verifiers]`) with verifiers' own runtime.
 
-When `verifiers_runtime.resolve_runtime` decides `real`, `load_environment` returns the installed package's
-environment object. Trainers and vf-eval still call `envs.rollouts.generate_states`; for such an environment it
-lands here and runs verifiers' own `run_group` per group, pointed at this run's inference through `real_client`
-(verifiers' chat-completions client over any AsyncOpenAI-shaped object: the local engine, our vLLM router, an
-`AsyncOpenAI`). Outputs come back as state dicts shaped like ours (`trajectory[k]["tokens"]`, reward, metrics,
-error), so batching, advantages, eval rows and metrics are the same code for both runtimes.
-
-What verifiers' runtime does not tell a trainer, this module counts: a reward function that raised (verifiers
-logs it and scores 0) becomes `reward_errors`, and environment code that fails on the installed release (an env
-file written for another verifiers version) is reported once in one line naming the env, the version and the fix.
-
-Nothing here imports `verifiers` at module level: without the extra, importing this module loads nothing.
+`envs.rollouts.generate_states` lands here for an environment object of the installed package: verifiers' own
+`run_group` per group, pointed at this run's inference through `real_client`, its outputs turned into state dicts
+shaped like ours so batching, advantages and metrics are one code path (docs/verifiers-runtime.md). What verifiers
+only logs is counted: a raising reward function becomes `reward_errors`, and env code failing on the installed
+release is said once in one line. Nothing here imports `verifiers` at module level.
 """
 
 from __future__ import annotations
@@ -60,10 +53,9 @@ def env_name(env: Any) -> str:
 # --- the client ----------------------------------------------------------------------------------------------
 @functools.cache
 def _adapter_class() -> type:
-    """verifiers' own chat-completions client class, with the request going through `client.chat.completions
-    .create` instead of a raw `client.post`, so any AsyncOpenAI-shaped object serves it (the local engine has no
-    HTTP layer; our vLLM router keeps its routing, retries and dead-server errors). Defined on first use only,
-    since it subclasses the installed package."""
+    """verifiers' chat-completions client, calling `client.chat.completions.create` instead of a raw `client.post`
+    so any AsyncOpenAI-shaped object serves it (the local engine has no HTTP layer; our vLLM router keeps its
+    retries and dead-server errors). Defined on first use: it subclasses the installed package."""
     from verifiers.clients.openai_chat_completions_client import (OpenAIChatCompletionsClient,
                                                                   handle_openai_overlong_prompt)
 
@@ -192,8 +184,7 @@ def report_drift(env: Any, what: str, detail: str) -> None:
 
 
 def _note_group(env: Any, states: list[dict], reward_errors: list[tuple[str, str]]) -> None:
-    # verifiers does not say which rollout's reward raised: the group's errors go on its first state, so the
-    # counts (errors/reward_funcs) are right per group.
+    # verifiers does not say which rollout's reward raised: the group's errors go on its first state.
     for k, (name, err) in enumerate(reward_errors):
         states[0]["reward_errors"][f"{name}#{k}" if k else name] = err
     if reward_errors:

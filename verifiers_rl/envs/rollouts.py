@@ -1,11 +1,9 @@
 """What trainers and `vf-eval` run: rollouts of dataset rows as scored STATES (tokens kept), not outputs.
 
-Same steps as verifiers' `run_group` (each row's `rollouts_per_example` rollouts, then the rubric scores the
-group), plus what a training run needs: a crash inside environment code (not only a `vf.Error`) is recorded in
-that rollout's `state["error"]` and counted instead of ending the run; a dead inference server
-(`ModelServerError`) still ends it; each state carries `tokens` (its turns stitched, see `envs.turn_tokens`).
-An environment object of the real `verifiers` package runs through verifiers' own runtime instead
-(`envs.real_runtime`), with the same states coming back.
+verifiers' `run_group` steps, plus what a training run needs: a crash inside environment code (not only a
+`vf.Error`) is recorded in `state["error"]` and counted instead of ending the run, while a dead inference server
+(`ModelServerError`) still ends it; each state carries `tokens` (`envs.turn_tokens`). A real `verifiers` environment
+runs through verifiers' own runtime (`envs.real_runtime`) and gives the same states.
 """
 
 from __future__ import annotations
@@ -51,8 +49,7 @@ def local_engine_of(client: Any) -> Any:
 
 @contextlib.contextmanager
 def in_flight(engine: Any):
-    """Count a rollout as in flight on the local engine (its batches wait for the rollouts that have not asked
-    yet: `BatchWorker._gather_rollouts`; its HTTP generate route decodes on this loop: `LocalHTTPServer`)."""
+    """Count a rollout as in flight on the local engine, whose batches wait for it (`BatchWorker._gather_rollouts`)."""
     if engine is None:
         yield
         return
@@ -72,10 +69,8 @@ def agents_per_rollout(env: Any) -> int:
 
 
 def per_agent(states: list[State], agents: int) -> list[State]:
-    """A group's states, one per agent of each rollout, agent by agent (agent 0's rollouts, then agent 1's...):
-    an environment whose rollout plays several agents (a multi-agent v1 env) returns them as the state's
-    `agent_states`; a crashed rollout's one state stands for each agent. Each slice of `rollouts_per_example`
-    states is then one agent's group (its own advantage baseline)."""
+    """A group's states agent by agent (a multi-agent v1 env's `agent_states`; a crashed rollout's one state stands
+    for each agent), so each slice of `rollouts_per_example` states is one agent's group (its own baseline)."""
     if agents <= 1:
         return states
     seats = [s.pop("agent_states", None) or [] for s in states]
@@ -87,11 +82,9 @@ async def generate_states(env: Any, rows: Any, client: Any, model: str, sampling
                           rollouts_per_example: int = 1, max_concurrent: int = -1, score: bool = True,
                           on_group_done: Callable[[list[State]], Awaitable[None] | None] | None = None,
                           keep_empty: bool = False, max_seq_len: int | None = None) -> list[State]:
-    """States in row order (row 0's group, then row 1's, ...); each group is scored as soon as it completes.
-    `max_concurrent` bounds the rollouts in flight. `keep_empty` (for a raw client; a `vf.Client` decides
-    itself): a reply with no text is kept as a sample instead of verifiers' `EmptyModelResponseError`.
-    `max_seq_len` (a trainer's context limit): a multi-turn rollout of an environment without a limit of its own
-    stops once prompt + completion fill it, and its tokens are cut to it."""
+    """States in row order, each group scored as soon as it completes. `keep_empty` (a raw client): a reply with no
+    text is a sample, not verifiers' `EmptyModelResponseError`. `max_seq_len`: the trainer's context limit, for an
+    environment without its own (rollouts stop once it is full, and their tokens are cut to it)."""
     rows = input_rows(rows)
     with env_output():  # a vf-rl run: what environment code prints goes to logs/env.log (env_output.py)
         if is_real_env(env):  # the installed verifiers package's environment: its own runtime (envs.real_runtime)

@@ -1,14 +1,10 @@
 """SandboxEnv: a StatefulToolEnv with a `bash` tool running in a sandbox made per rollout (verifiers' classic
 signature, state and metrics), on this machine instead of Prime's hosted sandboxes.
 
-Each rollout gets a sandbox (verifiers_rl.sandbox.client: a /workspace and /tmp that persist between its
-commands); each `bash` call is a fresh jail on it with `timeout_per_command_seconds`, `memory_gb` and
-`disk_size_gb` as its time, memory and file-size limits and `environment_vars` as its only environment.
-`docker_image` is used when a container engine answers (or `runtime="docker"` asks for one); otherwise this
-machine's tools run in a bwrap jail, said in one line. The sandbox is deleted when the rollout ends
-(`destroy_sandbox`, after `post_rollout`) and any left at teardown. `runtime` is ours (auto | bwrap | docker |
-podman | process; docs/sandbox.md); Prime's scheduling keywords (team_id, retries, client pool sizes) are
-accepted and have nothing to do here.
+Each `bash` call is a fresh jail on the rollout's sandbox (its /workspace and /tmp persist), limited by
+`timeout_per_command_seconds`, `memory_gb` and `disk_size_gb`, with `environment_vars` as its only environment;
+`docker_image` is used when a container engine answers, else this machine's tools run in bwrap (`runtime`:
+docs/sandbox.md). The sandbox is deleted after `post_rollout`. Prime's scheduling keywords are accepted and unused.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """StatefulToolEnv: a ToolEnv whose tool arguments are completed from the rollout (verifiers 0.1.11).
 
-Subclasses implement `update_tool_args(tool_name, tool_args, messages, state)`, called before every tool call
-with the model's parsed arguments; it returns the arguments the tool gets and may update `state` in place.
-`add_tool(tool, args_to_skip=[...])` hides arguments the environment injects itself (a sandbox id, a handle)
-from the schema the model sees; the function itself is not changed. Arguments that are valid JSON but not an
-object are a parse error here (they go back to the model, or stop the rollout for a matching stop error).
+Subclasses implement `update_tool_args`, called before every tool call; `add_tool(tool, args_to_skip=[...])` hides
+the arguments it injects (a sandbox id, a handle) from the schema the model sees, leaving the function unchanged.
+Arguments that are valid JSON but not an object are a parse error here.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """ToolEnv: the model calls Python functions as tools until it answers without calling one (verifiers 0.1.11).
 
-Each tool's schema comes from its signature and docstring (`tool_defs`, see `tool_schema.py`). Every tool call
-of an assistant turn is answered, in order, by one `tool` message: the tool's result (a list of text/image
-content parts stays a list; anything else becomes `str(result)`), or, when the call fails, the error as the
-message text (`error_formatter`, default `str(e)`): arguments that are not JSON, an unknown tool, a tool that
-raises. A failing call is counted (`env.tool_errors`) and the rollout goes on, unless the error is an instance
-of one of `stop_errors`: then the rollout ends with `state["error"]` a `vf.ToolParseError` / `vf.ToolCallError`
-(the original as its `__cause__`). Async tools are awaited; sync tools run on a worker thread so a slow tool
-does not stall the other rollouts. A `ToolMonitorRubric` adds the metrics `total_tool_calls` and
-`<tool>_calls` (weight 0).
+Each tool's schema comes from its signature and docstring (`tool_schema.py`). Each tool call gets one `tool`
+message: the result, or the error (`error_formatter`) when its arguments are not JSON, the tool is unknown or it
+raises. A failing call is counted (`env.tool_errors`) and the rollout goes on, unless the error is one of
+`stop_errors`: then `state["error"]` is a `vf.ToolParseError` / `vf.ToolCallError`. Sync tools run on a worker
+thread so a slow tool does not stall the other rollouts. A `ToolMonitorRubric` adds `<tool>_calls` metrics.
 """
 
 from __future__ import annotations

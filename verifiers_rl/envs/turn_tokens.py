@@ -1,9 +1,5 @@
-"""A rollout's model turns as tokens for training.
-
-Each trajectory step (see `types.TrajectoryStep`) carries `tokens`: the prompt ids the server saw, the
-completion ids it sampled, their sampling logprobs and a completion mask (0 = not trained on). `rollout_tokens`
-stitches the turns of a rollout into one sequence where only the model's own tokens carry loss.
-"""
+"""A rollout's model turns as tokens for training: each trajectory step's `tokens` (the prompt ids the server saw,
+the completion ids, logprobs and mask it sampled), stitched by `rollout_tokens` into one sequence."""
 
 from __future__ import annotations
 
@@ -51,11 +47,9 @@ def turn_split(state: dict[str, Any]) -> tuple[int, int]:
 def rollout_tokens(state: dict[str, Any]) -> dict[str, Any] | None:
     """Stitch a rollout's turns into one token sequence.
 
-    Returns {"input_ids", "model_mask", "logprobs", "num_prompt_tokens"}: `model_mask[i]` is 1 for tokens the
-    model sampled (and its step's completion mask keeps), 0 for the prompt and for environment tokens between
-    turns; `logprobs[i]` is the sampling logprob of a model token (0.0 elsewhere). None when tokens were not
-    recorded, or when a later turn's prompt does not start with the previous prompt + completion (a chat
-    template that rewrites history, or a re-tokenization that differs): callers then use one sample per turn.
+    Returns {"input_ids", "model_mask", "logprobs", "num_prompt_tokens"}; only the model's sampled tokens carry
+    mask 1 and a logprob. None when tokens were not recorded, or when a later turn's prompt does not start with the
+    previous prompt + completion (a chat template that rewrites history): callers then use one sample per turn.
     """
     steps = [step_tokens(s) for s in state.get("trajectory") or []]
     if not steps or any(s is None for s in steps):

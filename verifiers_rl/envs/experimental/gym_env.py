@@ -1,13 +1,10 @@
 """GymEnv: run any gym-style environment (an object with `reset(seed=...)` and `step(action)`) as a multi-turn
 verifiers environment, with verifiers 0.1.11's semantics.
 
-Dataset: one row per episode, `question` = the text of the observation after `reset(seed=seed + i)` and
-`answer` = that seed (as a string); the first `num_train_episodes` rows train, the next `num_eval_episodes`
-evaluate. Rollout: after each model turn the environment (made and reset with the row's seed at the first
-reply) steps with `action_parser(<parsed reply>)`; the step's reward goes on the trajectory step, its info
-into the step's `extras["gym_info"]`, and the observation text comes back as a user message. The episode
-ends when the environment says done/truncated (checked before the next model call) or at
-`max_episode_steps` turns. `EpisodicSumRubric` scores the sum of the step rewards.
+One row per episode: `question` is the observation after `reset(seed=seed + i)`, `answer` that seed. Each model turn
+steps the environment with `action_parser(<parsed reply>)`: the reward goes on the trajectory step, its info into
+`extras["gym_info"]`, the observation comes back as a user message, until done/truncated or `max_episode_steps`.
+`EpisodicSumRubric` scores the sum of the step rewards.
 """
 
 from __future__ import annotations
@@ -28,12 +25,8 @@ __all__ = ["StepResetEnv", "ResetOut", "StepOut", "normalize_reset", "normalize_
 
 
 class StepResetEnv(Protocol):
-    """What GymEnv needs of an environment class's instances.
-
-    `reset(seed=int)` returns the observation, or `(observation, info)`.
-    `step(action)` returns `(obs, reward, done, info)` (old gym) or `(obs, reward, terminated, truncated, info)`.
-    An optional `close()` is called when an episode's environment is dropped.
-    """
+    """What GymEnv needs of an environment: `reset(seed=int)` -> obs or `(obs, info)`; `step(action)` -> old gym's
+    4-tuple or the 5-tuple; an optional `close()`, called when an episode's environment is dropped."""
 
     reset: Callable[..., Any]
     step: Callable[..., Any]

@@ -1,12 +1,9 @@
-"""MCPEnv: a ToolEnv whose tools come from MCP servers started over stdio (the `mcp` package: `uv sync --extra
-mcp`), verifiers' classic signature: `MCPEnv(mcp_servers=[{"name", "command", "args", "env", "description"}
-or MCPServerConfig, ...], max_turns=10, error_formatter=...)`.
+"""MCPEnv: a ToolEnv whose tools come from MCP servers started over stdio (the `mcp` extra), verifiers' classic
+signature.
 
-The servers are started once, when the environment is made, and shared by every rollout (verifiers means it
-for global, read-only tool servers); their sessions live on a background event loop of their own, so calls from
-any loop reach them. A server that does not start fails the construction in one line naming it and its command.
-The servers are the environment's own programs, not model code: they run as plain processes, not in the jail.
-Teardown (or process exit) stops them.
+The servers start once, with the environment, and serve every rollout (verifiers means them for global, read-only
+tool servers); their sessions live on a background event loop of their own, so calls from any loop reach them. They
+are the environment's own programs, not model code, so they run as plain processes, not in the jail.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """RLMEnv: verifiers' "recursive language model" environment, local execution backend (verifiers' classic API).
 
-The root model gets one tool, `call_bash_repl(code)` (or `call_python_repl(code)` with `repl_language="python"`):
-a persistent REPL whose working folder is the rollout's own (`state["rlm_fs_root"]`), filled from
-`info[context_dir_key]` (a folder, copied) or `info[context_key]` (written to context.txt / context.json). Inside
-the REPL the root model calls root tools — `llm_batch` (sub-LLMs, see `rlm_sub.py`), then `tools`, then
-`root_tools` — as shell commands (`name arg ...`, `name --json '{...}'`) or Python functions; sub-LLMs get
-`tools` + `sub_tools` as ordinary tool calls. It answers through the REPL: `RLM_CONTENT` + `RLM_READY=1` in bash,
-`answer["content"]` + `answer["ready"] = True` in Python; the answer is `state["final_answer"]` and the
-rollout ends right after that tool reply (no further model call). On the first turn the RLM instructions (with
-tool docs) are put in front of the first user message (`<RLM_SCAFFOLDING>`); `state["prompt"]` then holds what
-the model saw and `state["raw_prompt"]` the dataset's prompt.
+The root model gets one tool, `call_bash_repl` (or `call_python_repl`): a persistent REPL in the rollout's own folder
+(`state["rlm_fs_root"]`, filled from `info[context_dir_key]` or `info[context_key]`), where root tools (`llm_batch`
+for sub-LLMs, `tools`, `root_tools`) are shell commands or Python functions; sub-LLMs get `tools` + `sub_tools` as
+ordinary tool calls. The answer set in the REPL (`RLM_CONTENT` + `RLM_READY=1`, or `answer["ready"] = True`) is
+`state["final_answer"]` and ends the rollout with no further model call. On the first turn the RLM instructions go
+in front of the first user message; `state["raw_prompt"]` keeps the dataset's prompt.
 
-Code that fails, never ends (`code_execution_timeout`: the REPL is restarted, its state lost, and the model told
-so; `abort_on_code_timeout=True` ends the rollout with a SandboxError instead) or exits the shell comes back to
-the model as output; the rollout goes on until a stop condition. The REPL (and everything it started) is killed
-when the rollout ends; its folder is removed unless `retain_filesystem_after_rollout`.
-
-verifiers-rl runs the REPL on this machine only: the REPL talks to the environment over a Unix socket in the
-rollout's folder (no HTTP interception server, no tunnel), and the Python REPL runs with the current interpreter
-(verifiers makes a uv venv and installs `requests` into it; `pip_install_packages` does the same here, which
-needs `uv` and a network). `execution_backend="sandbox"` (Prime sandboxes) is refused at construction.
+Failing or timed-out code (the REPL is then restarted, its state lost) comes back to the model as output. The REPL
+runs on this machine only, talking to the environment over a Unix socket in the rollout's folder (no HTTP
+interception server, no tunnel); `execution_backend="sandbox"` (Prime sandboxes) is refused at construction.
 """
 
 from __future__ import annotations

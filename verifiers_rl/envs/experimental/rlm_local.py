@@ -1,15 +1,11 @@
 """RLMEnv's local execution backend: one REPL process per rollout, in the rollout's working folder.
 
-`LocalSession` owns a rollout's folder (`<tmp>/rlm_rollout_<id>_*/rlm_fs`, the REPL's working directory, and
-`rlm_control`, where the tool socket lives), the REPL process and the Unix socket over which code running in
-the REPL calls root tools (see `rlm_worker.py` for the wire format). The REPL is either `bash --noprofile
---norc` (driven directly: each command runs through `eval` with stdin from /dev/null, so a syntax error, an
-unterminated quote or a command that reads stdin comes back as output instead of hanging the session; a marker
-line carries the exit code and the answer protocol's `RLM_READY` / `RLM_CONTENT`) or the Python REPL of
-`rlm_worker.py`, run by the current interpreter. Each process leads its own process group; `stop()` kills the
-group (background jobs included) and waits for it, and a timed-out or exited REPL is restarted, its state lost.
-The REPL runs model-written code, so it runs in a jail (verifiers_rl.sandbox, docs/sandbox.md): no network, the
-rollout's folder its only writable host folder, no inherited environment variables.
+`LocalSession` owns a rollout's folder (`rlm_fs`, the REPL's working directory, and `rlm_control`, the tool
+socket's), the REPL process and the Unix socket over which it calls root tools (wire format: `rlm_worker.py`). The
+REPL is `bash` (each command run through `eval` with stdin from /dev/null, so a syntax error or a command reading
+stdin comes back as output instead of hanging; a marker line carries the exit code and `RLM_READY` /
+`RLM_CONTENT`) or `rlm_worker.py`'s Python REPL. Each leads its own process group, which `stop()` kills. It runs
+model-written code, so in a jail (docs/sandbox.md): no network, the rollout's folder its only writable host folder.
 """
 
 from __future__ import annotations

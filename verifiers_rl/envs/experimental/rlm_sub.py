@@ -1,14 +1,10 @@
 """RLMEnv's sub-LLM plumbing and its metrics (verifiers' semantics, our code).
 
-`llm_batch(prompts)` from the REPL runs one sub-LLM call per prompt (a string), at most
-`max_sub_llm_parallelism` at a time, staggered by `sub_llm_stagger_ms` (+ jitter). A call is the sub-LLM system
-prompt + the prompt as a user message, sent with the rollout's client, `sub_model` (else the rollout's model)
-and sampling args; with sub-tools it loops for up to `sub_tool_max_turns` tool turns, then asks once more
-without tools for a final answer. The answer handed back is the `\\boxed{}` content when there is one, else the
-whole text. A failing call answers "Error in sub-LLM call: ..." (unless its error is a stop error), an API call
-past `sub_llm_api_timeout` answers a timeout message. Each sub-LLM turn counts in the rollout's metrics; with
-`include_sub_llm_in_trajectory` it is also a trajectory step (`trajectory_id` = "<batch>_<request>",
-`extras["is_sub_llm_call"]`). `RLMMonitorRubric` reports the per-rollout counters (`_COUNTERS`).
+`llm_batch(prompts)` runs one sub-LLM call per prompt, at most `max_sub_llm_parallelism` at a time, staggered by
+`sub_llm_stagger_ms`. With sub-tools a call loops up to `sub_tool_max_turns` tool turns, then asks once more without
+tools; the answer is the `\\boxed{}` content when there is one, else the whole text, and a failure answers an error
+text. Each sub-LLM turn counts in the metrics, and with `include_sub_llm_in_trajectory` is a trajectory step
+(`extras["is_sub_llm_call"]`).
 """
 
 from __future__ import annotations
@@ -168,8 +164,7 @@ class SubLLMMixin:
             return None
 
     async def _run_sub_llm(self, state: State, client: Any, model: str, messages: Messages) -> dict[str, Any]:
-        """A sub-LLM call: one turn without sub-tools, else a tool loop whose last turn is the final ask
-        (see the module docstring)."""
+        """A sub-LLM call: one turn without sub-tools, else a tool loop whose last turn is the final ask."""
         current, turns, tool_calls = list(messages), [], 0
         tools = self.sub_tool_defs or None
         limit = self.sub_tool_max_turns if tools else 1

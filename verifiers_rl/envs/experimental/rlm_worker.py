@@ -8,16 +8,12 @@ imports verifiers_rl, so it starts in milliseconds).
 Both reach the environment over the rollout's Unix socket ($RLM_TOOL_SOCKET): one JSON line out
 `{"tool", "args", "kwargs"}`, one JSON line back `{"result", "print_lines"}` or `{"error"}`.
 
-Shell tool arguments follow verifiers' bash helper: each positional argument is JSON-decoded when it can be
-(else kept as text); `--json PAYLOAD` (or the payload on stdin) is `{"args": [...], "kwargs": {...}}`, a bare
-object (keyword arguments), a list (positional arguments) or a scalar (one argument). `llm_batch` takes its
-prompts as positional arguments, a JSON list/object argument, `--json '{"prompts": [...]}'`, or stdin
-(`--lines`: one prompt per line). A string result is printed as is, anything else as JSON.
+Shell tool arguments follow verifiers' bash helper: positional arguments are JSON-decoded when they can be; `--json
+PAYLOAD` (or stdin) is `{"args", "kwargs"}`, an object (keywords), a list (positionals) or a scalar; `--lines`: one
+`llm_batch` prompt per line of stdin.
 
-The Python REPL reads one JSON request per line on stdin (`{"code"}`), runs the code in one namespace (a
-trailing expression's value is shown as `Out[n]`), and answers one JSON line on its real stdout:
-`{"status", "stdout", "stderr", "result", "execution_count", "answer"}`. The namespace holds `answer`
-(`{"ready": False, "content": ""}`), `extra_data` (the working folder) and one function per root tool.
+The Python REPL reads one JSON `{"code"}` per line on stdin, runs it in one namespace (holding `answer`, `extra_data`
+and one function per root tool) and answers one JSON line on its real stdout.
 """
 
 from __future__ import annotations

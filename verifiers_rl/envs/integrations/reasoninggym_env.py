@@ -1,12 +1,9 @@
 """ReasoningGymEnv: reasoning-gym's procedurally generated tasks as a single-turn environment, with verifiers
 0.1.11's semantics.
 
-`gym` names one reasoning-gym dataset, or lists several (names, or `DatasetSpec` keyword dicts such as
-`{"name": "arc_1d", "weight": 2.0, "config": {...}}`) mixed into a composite. `num_train_examples +
-num_eval_examples` entries are generated with `seed`; the first ones train, the rest evaluate. A row's answer
-is its entry's index (as a string) and its task the entry's source dataset; the reward is reasoning-gym's own
-`score_answer` of the parsed `<answer>` (the parser's format score is logged as a weight-0 metric).
-`reasoning_gym` is imported when the first environment is built (`pip install reasoning-gym`).
+`gym` names one reasoning-gym dataset or lists several (names or `DatasetSpec` dicts) mixed into a composite. A row's
+answer is its entry's index and its task the entry's source dataset; the reward is reasoning-gym's own
+`score_answer` of the parsed `<answer>`. `reasoning_gym` is imported when the first environment is built.
 """
 
 from __future__ import annotations

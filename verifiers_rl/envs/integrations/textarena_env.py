@@ -1,12 +1,9 @@
 """TextArenaEnv: a single-player TextArena game (Wordle by default) as a multi-turn environment, with
 verifiers 0.1.11's semantics.
 
-Dataset: every row's question is the game's opening observation and its answer a secret word drawn (seeded)
-from the game's word list. Rollout: a copy of the game is made per rollout with the row's word as the secret;
-each model turn's parsed answer (the `<guess>` field by default) is played; the game's feedback, passed through
-`feedback_fn`, comes back as a user message, and when the game is over its final reason is the final
-environment response. `textarena` and `nltk` are imported when the first environment is built (install them
-with `pip install textarena nltk`); `nltk.download` is made quiet first, as verifiers does.
+A row's answer is a seeded secret word; each rollout plays a copy of the game with it as the secret, one parsed
+`<guess>` per turn, the feedback (through `feedback_fn`) coming back as a user message. `textarena` and `nltk` are
+imported when the first environment is built.
 """
 
 from __future__ import annotations
