@@ -99,9 +99,8 @@ class XMLParser(Parser):
         return "\n".join(blocks)
 
     def _message_format_score(self, text: str) -> float:
-        """0.4 x share of fields present (a tag counts even if unclosed), 0.2 for spacing (the pattern
-        already trims whitespace, so this always holds), 0.2 if the text opens with a tag of the
-        first field, 0.2 if it closes with a tag of the last field."""
+        """0.4 x share of fields present (unclosed counts), 0.2 for spacing (always: the pattern trims it), 0.2 if
+        the text opens with a tag of the first field, 0.2 if it closes with a tag of the last field."""
         parsed = self.parse(text)
         parsed_any = False
         fields_seen = 0

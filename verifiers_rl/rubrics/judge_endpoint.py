@@ -1,15 +1,10 @@
 """Which endpoint a JudgeRubric calls, said at start, and the one endpoint refused: the policy's own server.
 
-The choice is verifiers' (`JudgeRubric(judge_client=...)` given, else what `AsyncOpenAI()` reads:
-OPENAI_BASE_URL, OPENAI_API_KEY, else OpenAI's API), with this package's VF_JUDGE_BASE_URL / VF_JUDGE_API_KEY /
-VF_JUDGE_MODEL first when set. OPENAI_BASE_URL is often set for the model being trained; a judge that would reach
-that server through it (the URLs in `verifiers_rl.policy_servers`, or the plan's) is refused in one line naming
-the settings that fix it. A judge the environment pointed at the policy on purpose (verifiers' self-reward
-example passes such a client), or VF_JUDGE_BASE_URL set to it, is the author's or user's choice: it runs, and the
-start line says so.
-
-`check_judges(envs, ...)` prints one line per judge (endpoint, model, where they came from; never a key) and
-raises before anything runs; vf-eval, the vf-rl pipeline and RLTrainer call it.
+The choice is verifiers' (the `judge_client` passed, else what `AsyncOpenAI()` reads), with VF_JUDGE_BASE_URL /
+VF_JUDGE_API_KEY / VF_JUDGE_MODEL first when set. OPENAI_BASE_URL is often set for the model being trained, so a
+judge that would reach the policy's server through it is refused in one line; one pointed at the policy on purpose
+(a client passed, or VF_JUDGE_BASE_URL) runs, and the start line says so. `check_judges` prints those lines (never a
+key) before anything runs.
 """
 
 from __future__ import annotations
@@ -103,10 +98,8 @@ def refusal(endpoint: JudgeEndpoint, model: str, extra: Iterable[tuple[str, str 
 
 
 def judge_rubrics(envs: Iterable[Any]) -> list[tuple[str, Any]]:
-    """(environment name, rubric) for every judge rubric in `envs` (environments, or (name, environment) pairs;
-    an environment alone is named by its env_id): members of rubric groups and env groups
-    included, each rubric once. A judge rubric is anything with `judge`, `judge_client` and `judge_model`
-    (ours, or the real verifiers package's)."""
+    """(environment name, rubric) for every judge rubric in `envs` (environments or (name, env) pairs), group
+    members included, each once: anything with `judge`, `judge_client` and `judge_model` (ours or verifiers')."""
     out: list[tuple[str, Any]] = []
     seen: set[int] = set()
 
@@ -160,9 +153,8 @@ def start_line(label: str, endpoint: JudgeEndpoint, model: str, own: str | None)
 
 def check_judges(envs: Iterable[Any], policy: Iterable[tuple[str, str | None]] = (),
                  announce: Callable[[str], None] | None = print) -> None:
-    """One start line per judge in `envs` (each printed once per process unless it changed); raises
-    JudgeIsPolicyError / JudgeNotConfiguredError (one line) for a judge that cannot run. `policy`: (url, model or
-    None) pairs that serve the policy beyond `policy_servers` (a server about to start)."""
+    """One start line per judge (once per process unless it changed); raises for a judge that cannot run. `policy`:
+    (url, model or None) pairs that serve the policy beyond `policy_servers` (a server about to start)."""
     policy = list(policy)
     for label, rubric in judge_rubrics(envs):
         endpoint, model = describe(rubric)

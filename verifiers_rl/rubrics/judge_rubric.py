@@ -1,13 +1,8 @@
 """JudgeRubric: reward functions that ask a judge model (any OpenAI-compatible endpoint) for a verdict.
 
-Reward functions receive `judge` (plus `judge_client`, `judge_model`, `judge_prompt`, `judge_sampling_args`)
-and call `await judge(prompt, completion, answer, state)`, which returns the judge's reply text, cached in
-`state["judge_response"]` per judge prompt so several functions can share one call.
-
-Which judge (the `judge_client` passed: AsyncOpenAI, OpenAI or anything with `.chat.completions.create`; else
-the settings; the model `judge_model`, else VF_JUDGE_MODEL, else gpt-4.1-nano) and which one is refused are
-rubrics/judge_endpoint.py's. JudgeIsPolicyError and JudgeNotConfiguredError stop the run; a judge call that
-fails raises JudgeError, which the rubric contains like any failing reward function (score 0, counted).
+Reward functions receive `judge` and call `await judge(prompt, completion, answer, state)`: the judge's reply text,
+cached in `state["judge_response"]` per judge prompt so several functions share one call. The endpoint is
+judge_endpoint.py's; a failing call raises JudgeError, scored 0 and counted like any failing reward function.
 """
 
 from __future__ import annotations

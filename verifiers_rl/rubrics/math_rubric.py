@@ -1,11 +1,8 @@
 """MathRubric: `correct_answer` checks the parsed final answer against the reference with math-verify.
 
-math-verify guards its own parse/verify calls with SIGALRM, which only works on the main thread; rubrics here
-run in event loops on any thread. So its signal timeouts are switched off and the work runs on a pool of
-worker threads, with our own limit: a verification that takes longer than `timeout_seconds` (counted from
-when a worker picks it up, so a busy pool or a lagging event loop does not fail it) scores 0, and the
-caller stops waiting at that point. Python cannot stop a running thread, so an overlong verification
-finishes in the background; the pool's threads are daemons, so one that never ends cannot hold up exit.
+math-verify's own timeouts use SIGALRM, which works only on the main thread, so they are off and the work runs on a
+pool of daemon threads with our limit: a verification past `timeout_seconds` (counted from when a worker picks it up)
+scores 0. Python cannot stop a thread, so it finishes in the background; daemons cannot hold up exit.
 """
 
 from __future__ import annotations
@@ -91,10 +88,8 @@ def verify(*args: Any, **kwargs: Any) -> Any:
 
 def verify_response(response: str, answer: str, max_verify_chars: int | None,
                     timeout_seconds: float = 5) -> tuple[float, float]:
-    """(score, seconds taken) of `response` against `answer` (verifiers 0.3's module function). It runs on a
-    worker thread, where math-verify's signal timeouts cannot work: they are off, and the caller times it
-    (`timeout_seconds` is the caller's limit). Unparseable input and math-verify's own timeout score 0;
-    cancellation and Ctrl-C propagate."""
+    """(score, seconds taken) of `response` against `answer` (verifiers 0.3's module function); the caller enforces
+    `timeout_seconds`. Unparseable input scores 0; cancellation and Ctrl-C propagate."""
     from math_verify.errors import TimeoutException
 
     start = time.perf_counter()

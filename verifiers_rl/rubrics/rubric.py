@@ -1,18 +1,13 @@
 """Rubric: weighted reward functions that score rollouts (verifiers 0.1.11 semantics).
 
-A reward function declares the keyword arguments it wants out of `prompt, completion, answer, state, task,
-info, example_id` and the rubric's class objects (`parser`, plus anything given to `add_class_object`); one
-with `**kwargs` gets all of them. A function declaring a plural (`prompts, completions, answers, states,
-tasks, infos`) or annotated `-> list` is a group function: called once per group with lists, it returns one
-score per rollout. Functions may be sync or async. Weight 0 makes a function a metric: logged, not rewarded.
+A reward function declares the keyword arguments it wants (`prompt, completion, answer, state, task, info,
+example_id`, the class objects such as `parser`; `**kwargs` gets all); one declaring a plural (`completions`,
+`states`, ...) or annotated `-> list` is a group function, called once per group. Weight 0 makes it a metric.
+As in verifiers 0.3, `@vf.cleanup` methods run after each rollout is scored, `@vf.teardown` ones at teardown.
 
-`state["reward"]` is the weighted sum and `state["metrics"]` maps each function's `__name__` to its score.
-As in verifiers 0.3, a rubric's methods marked `@vf.cleanup` run after each rollout is scored (`cleanup`,
-given what they name of `state`, `prompt`, `completion`, `answer`, `info`, `task` and the class objects) and
-those marked `@vf.teardown` when its environment is torn down (`teardown`).
 Beyond verifiers: a function that raises (or returns NaN / inf) scores 0 for those rollouts and is counted, in
-`error_counts` (by function name) and in `state["reward_errors"]` (name -> error text); a `RubricSetupError` is not
-contained (a rubric that cannot work at all must stop the run, not score zeros).
+`error_counts` and `state["reward_errors"]`; a `RubricSetupError` is not contained (a rubric that cannot work at all
+must stop the run, not score zeros).
 """
 
 from __future__ import annotations
@@ -232,9 +227,8 @@ class Rubric:
         add_scoring_time(state, (time.time() - start) * 1000)
 
     async def score_group(self, states: list[Any]) -> None:
-        """Score a group in place: functions in order, each across all rollouts concurrently. Also sets
-        `state["advantage"]` (reward minus the group mean) and fills the trajectory steps' unset
-        reward/advantage, as verifiers does."""
+        """Score a group in place, each function across all rollouts concurrently; sets `state["advantage"]` (reward
+        minus the group mean) and the steps' unset reward/advantage, as verifiers does."""
         if not states:
             self.logger.warning("No states to score")
             return

@@ -1,8 +1,7 @@
 """RubricGroup: several rubrics scoring the same rollouts (verifiers 0.1.11 semantics).
 
-Each member scores with its own functions and parser; rewards add up, and metrics with the same name add up
-too. Functions added to the group (`add_reward_func`, `add_metric`, `add_class_object`) go to the FIRST
-member, so they are scored. The group's own `funcs` stay empty and are never called.
+Each member scores with its own functions and parser; rewards and same-named metrics add up. Functions added to the
+group go to its FIRST member, so they are scored; the group's own `funcs` stay empty.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """ToolRubric: tool-call count metrics (weight 0), as the rubric verifiers 0.1.11's ToolEnv adds to itself
 (there it is `ToolMonitorRubric` in envs/tool_env.py; this module offers it under both names).
 
-Metrics: `total_tool_calls` (every tool call the model made) and one `<tool name>_calls` per tool.
-Messages and tool calls may be dicts or records: `{"tool_calls": [{"function": {"name": ...}}]}`,
-`{"tool_calls": [{"name": ...}]}` and objects with those attributes all count.
+Metrics: `total_tool_calls` and one `<tool name>_calls` per tool; messages and tool calls may be dicts or records.
 """
 
 from __future__ import annotations
