@@ -114,9 +114,8 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 
 def compose(raw: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """A merged config with the command line's shorthands applied (renamed keys, then --wandb), and whether it is
-    in the hosted format: decided once, `wandb` aside (the command line's --wandb fits either format); a config
-    that mixes the formats is one line."""
+    """A merged config with the command line's shorthands applied, and whether it is in the hosted format (decided
+    once, `wandb` aside: the command line's --wandb fits either format)."""
     from verifiers_rl.config.hosted import is_hosted
 
     raw = apply_renames(raw)

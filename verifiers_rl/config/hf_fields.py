@@ -1,9 +1,7 @@
-"""transformers' `TrainingArguments` fields (name, annotation, default, help) read from its source file, without
-importing it: importing it costs ~10 s of CPU (torch, peft, torch._dynamo), which vf-rl's own process only needed to
-check `[trainer.args]` before it launches the trainer (which imports it anyway). The enums its annotations name
-(`IntervalStrategy | str`, ...) are rebuilt from their classes' source, so a value is checked against the same
-choices. `None` when the source does not read as expected (another layout, a class not found): the caller imports
-the class then (`config/trainer_args.py`). tests/test_trainer_args_source.py compares both on the installed version.
+"""transformers' `TrainingArguments` fields (name, annotation, default, help) read from its source file: importing it
+(torch, peft) is slow, and vf-rl's own process only checks `[trainer.args]` before launching the trainer. The enums
+its annotations name are rebuilt from source, so values meet the same choices. `None` when the source does not read
+as expected: the caller imports the class then. tests/test_trainer_args_source.py compares both.
 """
 
 from __future__ import annotations

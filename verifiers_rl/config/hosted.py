@@ -1,9 +1,7 @@
 """Hosted-training configs (the retired `prime rl` format; `prime train`'s is config/prime_train.py) translated to
 the same `vf-rl` run. Detection and defaults: docs/hosted.md, generated from `MAPPING`.
 
-`translate(raw)` returns the vf-rl raw config and `origin`, a map from vf-rl key paths to the hosted keys they came
-from, so an error found later (e.g. `trainer.args.temperature`) names the key the user wrote
-(`sampling.temperature`).
+`translate` also returns `origin` (vf-rl key path → hosted key), so a later error names the key the user wrote.
 """
 
 from __future__ import annotations

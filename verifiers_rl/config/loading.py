@@ -270,8 +270,7 @@ def read_env_file(path: str | Path) -> dict[str, str]:
 
 
 def load_env_files(paths: list[str], environ: Any = None) -> list[str]:
-    """Put the variables of each file into `environ` (os.environ) without overriding ones already set.
-    Returns the variable names (never the values)."""
+    """Put each file's variables into `environ` without overriding ones already set; their names (never values)."""
     import os
 
     environ = os.environ if environ is None else environ

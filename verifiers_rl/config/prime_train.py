@@ -1,11 +1,7 @@
-"""`prime train` configs (prime-rl's RL config, recognised by its `[orchestrator]` table, which vf-rl never has)
-translated to the same `vf-rl` run. The keys that decide what is learned map onto vf-rl keys
-(`prime_train_table.RULES`, the table in docs/hosted.md); the keys that size or place the hosted deployment
-(`IGNORED`) are set aside with one line naming them; any other key is an error naming it; prime-rl's defaults apply
-where the config is silent (`PRIME_RL_DEFAULTS`).
-
-`translate(raw)` returns the vf-rl raw config and `origin` (vf-rl key path → prime-rl key path), so an error found
-later names the key the user wrote.
+"""`prime train` configs (prime-rl's RL config, recognised by its `[orchestrator]` table) translated to the same
+`vf-rl` run, following `prime_train_table` (docs/hosted.md): keys that size the hosted deployment are set aside in
+one line, any unknown key is an error. `translate` also returns `origin` (vf-rl key path → prime-rl key path), so a
+later error names the key the user wrote.
 """
 
 from __future__ import annotations

@@ -35,9 +35,8 @@ IGNORED = ("deployment", "inference", "slurm", "log", "run", "output_dir", "clea
 
 
 class Rule(NamedTuple):
-    """One translated key (prime-rl's here, the retired format's in hosted.py): where it goes and how; docs/hosted.md
-    is generated from these. `direct`: `hosted.translate` copies the value as it is to `target` (a trainer.args
-    key); the others are spelled out in code."""
+    """One translated key (prime-rl's here, the retired format's in hosted.py), docs/hosted.md's rows. `direct`:
+    `hosted.translate` copies the value to `target` (a trainer.args key); the others are spelled out in code."""
 
     key: str
     target: str

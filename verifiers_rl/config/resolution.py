@@ -41,8 +41,8 @@ class ResolvedRun:
 
 
 def _check_world(cfg: RunConfig, args: Any) -> None:
-    """The batch splits evenly over the training processes the config asks for, and they support the settings
-    (RLConfig and each rank check the world they run in again, once torch.distributed is up)."""
+    """The batch splits evenly over the training processes asked for, which support the settings (each rank checks
+    again once torch.distributed is up)."""
     world, key = asked_world_size(cfg.trainer)
     problem = batch_split_problem(args.batch_size, args.micro_batch_size, world, key) if world > 1 else None
     if problem:

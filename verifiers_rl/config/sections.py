@@ -1,8 +1,5 @@
-"""The `vf-rl` config sections (pydantic, unknown keys forbidden) and their one-line error messages.
-
-`Section` is the base of every table (the hosted format's too, `verifiers_rl.config.hosted`); `one_line` turns a
-pydantic ValidationError into `key.path: what is wrong (and the fix)`.
-"""
+"""The `vf-rl` config sections (pydantic, unknown keys forbidden; `Section` is every table's base, the hosted
+format's too) and `one_line`, which makes a ValidationError `key.path: what is wrong (and the fix)`."""
 
 from __future__ import annotations
 

@@ -31,9 +31,8 @@ _FIXED_TYPES = {"fsdp": bool | str | list[str] | None, "resume_from_checkpoint":
 
 @functools.lru_cache(maxsize=1)
 def rl_field_info() -> RLFieldInfo:
-    """RLConfig's init fields, their types, defaults and help: RLConfig's own from `RLFields`, transformers' read
-    from its source (config/hf_fields.py), without importing it; by importing RLConfig (~9 s) when that source does
-    not read."""
+    """RLConfig's init fields, types, defaults and help, transformers' read from its source (config/hf_fields.py);
+    by importing RLConfig (slow) when that source does not read."""
     from verifiers_rl.config.hf_fields import training_args_fields
 
     source = training_args_fields()
@@ -120,9 +119,8 @@ def check_trainer_args(args: dict[str, Any]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def preview_class() -> type | None:
-    """`RLFields` with transformers' other fields (their defaults read from its source) and RLConfig's checks of its
-    own fields, without transformers' (they run where the RLConfig is built: the trainer). None: that source does
-    not read."""
+    """`RLFields` with transformers' other fields (read from its source) and RLConfig's checks of its own fields, not
+    transformers' (those run where the trainer builds it). None: that source does not read."""
     from verifiers_rl.config.hf_fields import training_args_fields
     from verifiers_rl.trainer.checkpoints import CheckpointSettings
     from verifiers_rl.trainer.config_fields import RLFields
@@ -144,10 +142,8 @@ def preview_class() -> type | None:
 
 
 def build_rl_config(kwargs: dict[str, Any], *, preview: bool = False) -> Any:
-    """RLConfig(**kwargs), each key and value checked against RLConfig's fields first (`check_trainer_args`); a
-    `SettingError` (RLConfig's and the loss/estimator configs' checks name their key) becomes
-    `trainer.args.<key>: ...`; anything else (transformers' own checks) `trainer.args: ...`. `preview`: without
-    transformers (`preview_class`), as vf-rl's own process checks a run before it launches the trainer."""
+    """RLConfig(**kwargs) after `check_trainer_args`; a `SettingError` becomes `trainer.args.<key>: ...`, anything
+    else (transformers' checks) `trainer.args: ...`. `preview`: without transformers (`preview_class`)."""
     from verifiers_rl.errors import SettingError
 
     check_trainer_args(kwargs)

@@ -123,9 +123,8 @@ def _check_mode(cfg: RunConfig) -> None:
 
 
 def teacher_problem(cfg: RunConfig) -> str | None:
-    """Before launch: the teacher server answers; a teacher loaded in-process exists (a dir, or a hub id the hub
-    or its cache has), and an opd one has the policy's vocabulary (when both are model dirs already on disk). One
-    line, or None."""
+    """Before launch, one line or None: the teacher server answers, or an in-process teacher exists (and for opd has
+    the policy's vocabulary, when both are model dirs on disk)."""
     import os
 
     m = mode_settings(cfg)
