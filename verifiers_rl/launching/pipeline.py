@@ -256,10 +256,8 @@ def prepare_main() -> int:
 
 def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = None, args: Any = None
         ) -> dict[str, Any]:
-    """Build the tiny model and SFT warm-up when asked, then RL-train with held-out eval before and after, on the
-    launch's plan (`verifiers_rl.plan.RunPlan`; None: the trainer plans from its RLConfig). `args`: the RLConfig
-    the worker's config check built from `rl_kwargs` (one build per process), used unless the plan changes its
-    precision."""
+    """Tiny model and SFT warm-up when asked, then RL with held-out eval before and after, on the launch's plan (None:
+    the trainer plans from its RLConfig). `args`: the worker's RLConfig, used unless the plan changes its precision."""
     from verifiers_rl.config.schema import build_rl_config
     from verifiers_rl.startup_gc import paused_gc
     from verifiers_rl.verbosity import quiet_library_bars

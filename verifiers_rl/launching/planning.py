@@ -22,10 +22,8 @@ RANK_LOGS = Path("trainer") / "torchrun"  # under logs/: torchrun's <run id>/att
 
 
 def rank_log_args(world_size: int, logs_dir: Path | None) -> list[str]:
-    """torchrun's own per-rank log options: ranks 1.. write their stdout and stderr to files of their own under
-    `logs/trainer/torchrun/` (not the console, not trainer.log). Rank 0's output stays as it was (console +
-    trainer.log): torchrun's --tee would put a `[default0]:` prefix on every line and cut the live progress bar
-    into lines."""
+    """torchrun's per-rank log options: ranks 1.. write to files of their own under `logs/trainer/torchrun/`; rank 0
+    keeps the console (torchrun's --tee would prefix every line and cut the live progress bar into lines)."""
     if world_size <= 1 or logs_dir is None:
         return []
     return ["--log-dir", str(logs_dir / RANK_LOGS), "--redirects", ",".join(f"{r}:3" for r in range(1, world_size))]

@@ -1,9 +1,8 @@
 """A vf-rl run with several training processes (torchrun): what must happen once per machine before the ranks train.
 
-The tiny model and the SFT warm-up are built by local rank 0 in a child process of its own, without the torchrun
-environment (a single-process SFT, the same as with one training process), while the other ranks wait for it; then
-every rank finds them done and reuses them. Building them in every rank raced on the same directories, and the
-warm-up itself would have run data-parallel with a different batch.
+The tiny model and the SFT warm-up are built by local rank 0 in a child process without the torchrun environment
+(a single-process SFT, as with one training process) while the other ranks wait, then reused by every rank: built
+in every rank they would race on the same directories, and the warm-up would run data-parallel with another batch.
 """
 
 from __future__ import annotations

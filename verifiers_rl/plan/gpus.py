@@ -78,9 +78,8 @@ def data_parallel_size(n_gpus: int, args: dict[str, Any] | None) -> int:
 
 
 def server_beside(trainer_devices: list[int], visible: int, colocate: bool | None = None) -> tuple[list[int], bool]:
-    """(server GPU positions, colocated) for a trainer started outside vf-rl (a script or notebook) whose server
-    config names no GPUs, by vf-rl's rule: the server gets a GPU of its own when one is free, else shares the
-    trainer's first GPU at the colocated memory share."""
+    """(server GPU positions, colocated) for a script's trainer whose server config names no GPUs: a GPU of its own
+    when one is free, else the trainer's first at the colocated memory share."""
     free = [i for i in range(visible) if i not in trainer_devices]
     if free and not colocate:
         return [free[0]], False
@@ -150,10 +149,8 @@ def default_colocate(inference_gpus: Any, trainer_gpus: Any, available: int | No
 
 def plan_gpus(inference_gpus: int | list[int] | None, trainer_gpus: int | list[int] | None = None,
               available: int | None = None, colocate: bool | None = None) -> GPULayout:
-    """THE GPU layout (vf-rl's plan, a script's server, a server config without a plan all come here): split
-    (inference GPUs first, trainer GPUs after the last of them) or colocated (both on the same single GPU).
-
-    `colocate=None` applies `default_colocate`; `available` also bounds the ids."""
+    """THE GPU layout (vf-rl's plan, a script's server, a server config without a plan): split (inference GPUs first,
+    trainer GPUs after them) or colocated on one GPU. `colocate=None` applies `default_colocate`."""
     if colocate is None:
         colocate = default_colocate(inference_gpus, trainer_gpus, available)
     if colocate:

@@ -18,7 +18,7 @@ DEFAULT_VENV = ".vllm-venv"
 SUPPORTED_VLLM = ((0, 32), (0, 34))
 
 
-# A GPU's device node on Linux (NVIDIA, ROCm, WSL2): without one torch sees no GPU, known without importing it (3 s)
+# A GPU's device node on Linux (NVIDIA, ROCm, WSL2): without one torch sees no GPU, known without importing torch
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 

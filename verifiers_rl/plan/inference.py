@@ -25,11 +25,9 @@ def resolve_backend(asked: str, *, server_given: bool, can_start_server: bool = 
 
 @dataclass
 class InferencePlan:
-    """backend 'local': the in-process engine, generating with the policy itself (`shared`) or with a copy
-    refreshed after each step (`snapshot`, one step ahead). backend 'vllm': servers at `urls` (never started or
-    stopped by us; one found answering at host:port is one of them: `running_server`), or one started here
-    (`start_server`);
-    new weights by `weight_sync` ('lora' adapter hot-swap, 'nccl' / 'gloo' native transfer, 'disk' reload)."""
+    """backend 'local': the in-process engine, generating with the policy itself (`shared`) or a copy refreshed after
+    each step (`snapshot`). backend 'vllm': servers at `urls` (never started or stopped by us), or one started here
+    (`start_server`); new weights by `weight_sync`."""
 
     backend: str
     weight_sync: str
@@ -83,9 +81,8 @@ def plan_inference(*, backend: str, urls: list[str], host: str, port: int | None
 
 def inference_plan_for(args: Any, *, cuda: bool, server_config: Any = None, trainer_devices: list[int] | None = None,
                        visible: int = 0) -> InferencePlan:
-    """The plan for an RLTrainer built in a script or notebook: its RLConfig, where its model lives (`cuda`, the
-    GPU positions its processes train on, `visible` GPUs), and the vLLM server config it was given (if any). A
-    server it starts on a GPU machine with no GPUs named goes where vf-rl would put it (`server_beside`)."""
+    """The plan for an RLTrainer built in a script or notebook; a server it starts with no GPUs named goes where
+    vf-rl would put it (`server_beside`)."""
     from verifiers_rl.plan.gpus import plan_gpus, server_beside
     from verifiers_rl.plan.hardware import vllm_importable
 

@@ -231,10 +231,8 @@ def _gpu_plan(cfg: Any, args: Any, gpus_visible: int, backend: str, server_urls:
 def plan_launch(cfg: Any, gpus_visible: int, has_vllm: Callable[[], bool] | None = None, *,
                 allow_cpu: bool = True, output_dir: str | Path | None = None, source: str | None = None,
                 args: Any) -> RunPlan:
-    """The run against this machine. `args` is the run's built RLConfig (`ResolvedRun.args`): the plan reads its
-    values, so RLConfig's defaults are declared there only. `has_vllm()` says whether a Python with vLLM exists (asked
-    for backend 'auto' on GPUs). One-line ConfigError when GPUs are present but fewer than asked; with
-    `allow_cpu=False`, a short block when the config asks for GPUs and there are none."""
+    """The run against this machine. `args` is the built RLConfig, read so that its defaults are declared there only.
+    A ConfigError when fewer GPUs are present than asked (with `allow_cpu=False`, when there are none)."""
     backend, server_urls = _requested(cfg)
     if gpus_visible == 0:
         asked = gpus_asked(cfg)
@@ -316,9 +314,8 @@ def _processes(plan: RunPlan, cfg: Any = None) -> None:
 
 def server_settings(cfg: Any, plan: RunPlan, output_dir: str | Path | None, *, use_lora: bool = False
                     ) -> dict[str, Any]:
-    """[inference] + the planned GPUs → the VLLMServerConfig fields of the server the trainer starts. Its devices
-    are named as the parent names them (`visible_devices`): the trainer process that starts it sees only its own.
-    LoRA on several data-parallel replicas gets one API-server process (plan/sampling.py), said in the plan."""
+    """[inference] + the planned GPUs → the VLLMServerConfig fields of the server the trainer starts, its devices
+    named as the parent names them (the trainer process that starts it sees only its own)."""
     inf = cfg.inference
     args = dict(inf.args)
     env: dict[str, str] = dict(inf.env)

@@ -1,14 +1,10 @@
 """A trainer GPU's memory, estimated before launch from the model's shape and the run's settings (the plan prints
 it; the shipped GPU configs are sized by it: tests/test_gpu_plan.py).
 
-Per training GPU, worst case (every sequence at max_seq_len):
-- weights: LoRA's frozen base in the training dtype, or full fine-tuning's fp32 weights + grads + AdamW's two
-  moments (16 bytes a parameter; a frozen fp32 reference copy more with beta > 0);
-- activations kept for the backward: ~(12·hidden + 3·intermediate) values per token per layer in the training
-  dtype (attention by sdpa keeps no [L, L] matrix); with gradient checkpointing one hidden state per token per
-  layer plus one layer's worth recomputed;
-- the chunked log-prob head (~8M logits at a time), the CUDA context and allocator slack: a fixed 2.5 GiB.
-It is an estimate (the field's rule of thumb, checked against a measured 4B step by benchmarks/gpu_check.py).
+Per training GPU, worst case (every sequence at max_seq_len): the weights (LoRA's frozen base, or full fine-tuning's
+16 bytes a parameter with AdamW), the activations kept for the backward (~(12·hidden + 3·intermediate) values per
+token per layer; one hidden state per layer with gradient checkpointing), and a fixed 2.5 GiB (log-prob head, CUDA
+context, allocator slack). A rule of thumb, checked against a real 4B step by benchmarks/gpu_check.py.
 """
 
 from __future__ import annotations

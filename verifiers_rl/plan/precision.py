@@ -1,14 +1,11 @@
 """The training precision and the vLLM server's dtype, decided once (RLConfig, the vf-rl plan and the server the
 trainer starts all ask `plan_precision`).
 
-- `bf16` unset (None): bf16 on a CUDA GPU that has it (what TRL's GRPOConfig and verifiers' classic trainer
-  default to), fp32 on the CPU (the CPU has no fast bf16 matmuls, and the quickstart's figures are fp32).
-- LoRA trains its adapter in fp32 over a frozen base held in the training dtype; full fine-tuning keeps fp32
-  weights and runs its forward under bf16 autocast (HF Trainer's mixed precision), so small updates are not
-  rounded away.
-- The server runs in the training dtype, so its logprobs are computed like the trainer's. vLLM's CUDA LoRA kernels
-  take only fp16/bf16 (`lora_shrink_op`/`lora_expand_op` assert it), so fp32 with LoRA on a GPU is refused here, in
-  one line, before anything starts.
+- `bf16` unset: bf16 on a CUDA GPU that has it (as TRL's GRPOConfig and verifiers' trainer), fp32 on the CPU (no
+  fast bf16 matmuls). LoRA trains its adapter in fp32 over a base in the training dtype; full fine-tuning keeps fp32
+  weights under bf16 autocast, so small updates are not rounded away.
+- The server runs in the training dtype, so its logprobs match the trainer's. vLLM's CUDA LoRA kernels take only
+  fp16/bf16, so fp32 with LoRA on a GPU is refused before anything starts.
 """
 
 from __future__ import annotations

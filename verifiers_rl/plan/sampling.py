@@ -1,24 +1,16 @@
 """What the sampler is told, decided once: the trainer's log-probs assume one sampling distribution, and every
 request we build and every server we start must produce exactly that one.
 
-- **Neutral defaults, stated.** vLLM fills a sampling parameter a request leaves out from the checkpoint's
-  `generation_config.json` (`--generation-config auto`, its default): Qwen3's `top_k = 20` would make the server
-  sample from 20 tokens while the trainer scores the whole vocabulary. So every request we build names every
-  parameter (`stated_knobs`), and a server we start is told to ignore the checkpoint's sampling defaults
-  (`SERVER_FLAGS`), which covers requests we do not build (a v1 environment's own client, through our proxy). The
-  checkpoint's EOS tokens still apply: vLLM reads them from the same file in either mode. The local engine never
-  reads a generation config (`local_engine`).
-- **Truncated sampling, replayed.** `top_k`, `top_p` < 1 and `min_p` cut the sampler's distribution to a support;
-  the trainer scores over the same support (`Truncation`, applied by `inference/truncation.py` in the trainer's
-  log-probs and in the local engine's sampler alike, in vLLM's order). vLLM 0.32 returns its sampling mask only
-  from Model Runner V2 through its token-in-token-out endpoint, not from chat completions, so the trainer rebuilds
-  the support from its own logits with vLLM's rule (the sampled token always stays in it).
-- **What cannot be replayed is refused**: `repetition_penalty` depends on every earlier token of the context, and
-  the trainer does not re-apply it (`training_problem`).
-- **LoRA on data-parallel replicas.** `vllm serve` starts one API-server process per replica, and each keeps its own
-  table of loaded adapters: a `load_lora_adapter` reaches one of them. A server we start with LoRA and several
-  replicas runs one API-server process (`--api-server-count 1`), whose adapter loads vLLM's engine client sends to
-  every engine (`lora_server_args`).
+- **Neutral defaults, stated.** vLLM fills a parameter a request leaves out from the checkpoint's
+  `generation_config.json` (Qwen3's `top_k = 20` would sample from 20 tokens while the trainer scores the whole
+  vocabulary), so every request we build names every parameter (`stated_knobs`) and a server we start ignores the
+  checkpoint's sampling defaults (`SERVER_FLAGS`, covering requests we do not build); its EOS tokens still apply.
+- **Truncated sampling, replayed.** `top_k`, `top_p` < 1 and `min_p` cut the distribution to a support the trainer
+  scores over too (`Truncation`, in vLLM's order); vLLM's chat completions do not return its sampling mask, so the
+  trainer rebuilds the support from its own logits with vLLM's rule.
+- **What cannot be replayed is refused**: `repetition_penalty` depends on the whole context (`training_problem`).
+- **LoRA on data-parallel replicas.** Each `vllm serve` API-server process keeps its own adapter table, so a server we
+  start with LoRA and several replicas runs one API-server process (`lora_server_args`).
 """
 
 from __future__ import annotations
@@ -93,8 +85,8 @@ def training_problem(repetition_penalty: float) -> str | None:
 
 
 def lora_server_args(args: dict[str, Any], replicas: int, use_lora: bool) -> dict[str, Any]:
-    """A started server's arguments for LoRA on `replicas` data-parallel replicas: one API-server process, so the
-    adapter table that answers requests is the one every load reached. One line for an asked count above 1."""
+    """A started server's arguments for LoRA on `replicas` data-parallel replicas (see the module docstring); one
+    line for an asked count above 1."""
     if not use_lora or replicas <= 1:
         return args
     asked = server_arg(args, "api_server_count")

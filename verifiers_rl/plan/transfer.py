@@ -16,12 +16,8 @@ def is_loopback(url: str) -> bool:
 def resolve_transfer(choice: str, *, use_lora: bool, cuda: bool, vllm_in_trainer: bool, urls: list[str],
                      transfer_host: str | None, shared_gpu: bool = False) -> str:
     """How full weights reach vLLM servers: 'nccl', 'gloo', 'ipc' or 'disk' ('lora' with use_lora: adapters
-    hot-swap).
-
-    'auto': with CUDA and vLLM in the trainer, nccl when the trainer has a GPU of its own and the servers can reach
-    it (launched here, on this machine, or `vllm_weight_transfer_host` set), ipc (CUDA IPC handles, vLLM 0.32+)
-    when the server shares the trainer's GPU (NCCL can't join two processes on one device); else disk. Raises
-    ValueError (one line) for an explicit choice these servers can't take."""
+    hot-swap). 'auto': with CUDA and vLLM in the trainer, nccl when the servers can reach the trainer's own GPU, ipc
+    when they share it (NCCL can't join two processes on one device), else disk. ValueError for an impossible choice."""
     if use_lora:
         return "lora"
     if choice == "ipc" and not shared_gpu:
