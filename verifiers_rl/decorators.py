@@ -1,10 +1,8 @@
 """Method markers: `@vf.stop` (a stop condition `(self, state) -> bool`), `@vf.cleanup` (runs when a rollout
 ends, `(self, state)`), `@vf.teardown` (runs when the environment is torn down, `(self)`).
 
-Each takes an optional `priority` (higher runs first; ties in alphabetical order of the method name).
-The marks are plain attributes (`stop`/`stop_priority`, ...), as in verifiers. Since verifiers 0.3 a handler
-receives the objects it names (`state`, `env`, a rubric's `parser`, ...): `call_marked` passes those, and
-calls a 0.1.11-style handler whose one argument has another name with the state alone."""
+Each takes an optional `priority` (higher first; ties by method name); the marks are plain attributes, as in
+verifiers. Handlers receive the objects they name (`call_marked`)."""
 
 from __future__ import annotations
 
@@ -47,8 +45,8 @@ _PARAMS = {True: weakref.WeakKeyDictionary(), False: weakref.WeakKeyDictionary()
 
 
 def _params(handler: Callable) -> tuple[frozenset[str], bool]:
-    """The parameter names `handler` takes and whether it takes `**kwargs`, read once per function: handlers are
-    called for every rollout turn (stop conditions), and `inspect.signature` costs tens of microseconds."""
+    """The parameter names `handler` takes and whether it takes `**kwargs`, read once per function: stop conditions
+    run every turn, and `inspect.signature` is slow."""
     cache, func = _PARAMS[inspect.ismethod(handler)], getattr(handler, "__func__", handler)
     try:
         return cache[func]

@@ -3,11 +3,9 @@ reward functions, tools) prints to stdout / stderr while rollouts run, and the r
 (`verifiers`, `verifiers_rl.envs`, `verifiers_rl.rubrics`), go to `<output_dir>/logs/env.log` (rank N > 0 of
 several training processes: `env.rankN.log`); everything else stays on the console and in trainer.log.
 
-How a write finds its file: `envs.rollouts.generate_states` runs inside `env_output()`, which sets a context
-variable; the rollout tasks and `asyncio.to_thread` calls copy it, and sys.stdout / sys.stderr (replaced by a
-router once, by `route_env_output`) send a write made in that context to env.log. Other threads (the trainer's
-console, progress bars) never see it set. Nothing is routed until `route_env_output` is called (vf-rl's worker
-does; a notebook's RLTrainer keeps its output where it was)."""
+How: `generate_states` runs inside `env_output()`, which sets a context variable that rollout tasks and
+`asyncio.to_thread` copy, and the sys.stdout / sys.stderr router sends writes made in that context to env.log. Nothing
+is routed until `route_env_output` is called (vf-rl's worker does; a notebook keeps its output where it was)."""
 
 from __future__ import annotations
 

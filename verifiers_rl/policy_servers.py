@@ -1,10 +1,9 @@
 """Where this process serves the model it trains or evaluates: the URLs a judge taken from OPENAI_BASE_URL must
 not reach (rubrics/judge_endpoint.py refuses it there).
 
-Registered by what serves the policy: the trainer's vLLM servers and the local engine's HTTP endpoint (every
-model they serve is the policy: `model=None`), and vf-eval's `--base-url` with the evaluated model's name
-(another model on that server is not the one under test). Imports nothing of the package, so both the serving
-side (inference/) and the judging side (rubrics/) can use it.
+Registered by the trainer's vLLM servers and the local engine's endpoint (every model there is the policy), and by
+vf-eval's `--base-url` with the evaluated model's name. Imports nothing of the package, so inference/ and rubrics/
+can both use it.
 """
 
 from __future__ import annotations

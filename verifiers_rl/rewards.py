@@ -1,12 +1,8 @@
 """A rollout's reward, read one way everywhere (summaries, advantages, the difficulty buffer, exports, reports).
 
-`reward_of`: a missing reward (not scored, crashed before scoring, None) counts as 0.
-`contain_non_finite`: a NaN / inf reward becomes 0 and is recorded like a raising reward function (the rubric
-catches each function's; this catches what an environment's own scoring or verifiers' runtime lets through).
-`is_dropped`: a rollout its environment dropped (verifiers' `Trace.drop()`): left out of reward means, advantage
-baselines and training batches.
-`training_reward`: what a rollout trains with. With `zero_truncated_completions` a truncated rollout's reward is 0;
-advantages and the difficulty buffer both read it here, so a group is filtered under the rewards it trains with.
+A missing reward counts as 0; a dropped rollout (verifiers' `Trace.drop()`) is left out of means, baselines and
+batches; advantages and the difficulty buffer both read `training_reward`, so a group is filtered under the rewards
+it trains with (0 for a truncated rollout with `zero_truncated_completions`).
 """
 
 from __future__ import annotations

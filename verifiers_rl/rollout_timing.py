@@ -1,10 +1,7 @@
 """A rollout's timing record, `state["timing"]`, readable the way verifiers 0.1.11 and 0.3.x code reads it.
 
-verifiers 0.3 keeps spans (Unix seconds): `timing.setup`, `timing.generation`, `timing.scoring` (each
-`start`/`end`/`duration`), `timing.model` and `timing.env` (lists of spans, one per model call / env reply),
-`timing.total`, `timing.overhead`. verifiers 0.1.11 kept milliseconds: `timing["generation_ms"]`,
-`["scoring_ms"]`, `["total_ms"]`, `["start_time"]`. The runtime fills both, so environment code of either
-era reads what it expects. They are dicts (older code copies and `.get`s them) with attribute access.
+The runtime fills both verifiers 0.3's spans in Unix seconds (`timing.setup`, `.generation`, `.scoring`, `.model`,
+`.env`, ...) and 0.1.11's milliseconds (`timing["generation_ms"]`, ...), as dicts with attribute access.
 """
 
 from __future__ import annotations

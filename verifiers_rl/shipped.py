@@ -2,10 +2,8 @@
 `environments/`) and vf-setup's run configs (`config/workspace/configs/vf-rl/`, from `configs/vf-rl/`).
 pyproject's force-include copies them into the package, so nothing at run time reads the source tree.
 
-A wheel install has them next to the code. An editable install (a clone after `uv sync`) runs the code from the
-source tree and the installer puts the copies in site-packages; the package's own metadata says where.
-`uv run` refreshes those copies when a file under `environments/` or `configs/` changes (pyproject's
-[tool.uv] cache-keys).
+An editable install runs the code from the source tree with the copies in site-packages (its metadata says where),
+refreshed by `uv run` when `environments/` or `configs/` change (pyproject's [tool.uv] cache-keys).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Python's cyclic garbage collector paused while a command imports and loads, then one collection of what that
-made: importing torch, transformers and an environment and loading a model makes some 500,000 long-lived objects,
-over which CPython 3.11 would otherwise run eight or more full collections (seconds of a command's start). What runs
-afterwards collects as usual; training on the CPU leaves what exists when it starts out of its collections
-(`frozen_heap`).
+made: importing torch, transformers and a model makes hundreds of thousands of long-lived objects, over which CPython
+would otherwise run several full collections at start-up. What runs afterwards collects as usual.
 """
 
 from __future__ import annotations
@@ -29,11 +27,9 @@ def paused_gc() -> Iterator[None]:
 
 @contextlib.contextmanager
 def frozen_heap(on: bool = True) -> Iterator[None]:
-    """The objects that exist now left out of every collection while the block runs (`gc.freeze`), put back when
-    it ends. For training on the CPU: HF's training loop starts with a full collection (to give an accelerator's
-    memory back; on the CPU refcounting frees tensors already), ~0.5-0.9 s over a process that imported torch,
-    transformers and an environment. `on=False`, or a process that froze its heap already (its own choice, kept):
-    nothing changes."""
+    """The objects that exist now left out of every collection while the block runs (`gc.freeze`). For training on
+    the CPU: HF's training loop starts with a full collection (for an accelerator's memory; on the CPU refcounting
+    frees tensors already). `on=False`, or a heap frozen already: nothing changes."""
     if not on or gc.get_freeze_count():
         yield
         return

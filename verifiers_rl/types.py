@@ -1,13 +1,9 @@
 """Data shapes of verifiers' classic API: messages, tools, model responses, rollout inputs/outputs, State.
 
-Every record here is a `dict` subclass with attribute access, so environment code written in either style
-works on every object this runtime produces: `msg["content"]` and `msg.content`, `tc.name` and
-`tc["function"]["name"]` (OpenAI's nested tool-call form is readable too), `response.message.tokens`.
-Constructors take keywords (`vf.UserMessage(content="hi")`); nested dicts become records
-(`AssistantMessage(tool_calls=[{...}])` holds `ToolCall`s). An optional field left unset is not a key
-(`msg.get("tool_calls", [])` is `[]`, as with the plain dicts of older verifiers) but reads as None by
-attribute (`msg.tool_calls`, as with verifiers' pydantic messages). `model_dump()` / `model_validate()` exist for code
-written against verifiers' pydantic versions of these types.
+Every record is a `dict` subclass with attribute access (`msg["content"]` and `msg.content`), so environment code of
+either style works; nested dicts become records. An unset optional field is not a key (`msg.get("tool_calls", [])`
+is `[]`, as with older verifiers' dicts) but reads as None by attribute (as with verifiers' pydantic messages), and
+`model_dump()` / `model_validate()` exist for code written against those.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Who answers `import verifiers`: this package's classic-API runtime ("ours") or the real package ("real").
 
-The decision is made in ONE function, `resolve_runtime`, from the setting `VF_VERIFIERS_RUNTIME`
-(`auto` | `ours` | `real`; the top-level `verifiers_runtime` key of a vf-rl config sets it) and, in `auto`, from
-the installed `verifiers` distribution and the environment's own requirements. It is taken when an environment
-is loaded, or on the first `import verifiers` when nothing decided earlier:
-
-- `real` when a real `verifiers` in [0.2.1, 0.4) is installed (0.4+ has no classic API) and the environment's
-  requirements, if any, allow that version;
-- `ours` otherwise: an import hook (`VerifiersAlias`, a `sys.meta_path` finder) makes `verifiers` and every
-  `verifiers.<path>` resolve to `verifiers_rl` and `verifiers_rl.<path>`, the SAME module objects (no second
-  copies, so `isinstance` holds across both names). No top-level `verifiers` package is shipped, so a real
-  installation is never shadowed on disk.
-
-The hook never answers what only the real package has (`REAL_ONLY`: `verifiers.v1` and below, the whole of
-verifiers 0.4+, present since 0.2.1): with a real `verifiers` installed those paths are its modules, beside our
-classic `verifiers` (so a v1-only 0.4.x installed is reported, and classic environments still get ours); without
-one, one ImportError line names the extra that installs it.
-
-Looking the version up reads package metadata only; nothing heavy is imported here.
+The decision is made in ONE function, `resolve_runtime` (`VF_VERIFIERS_RUNTIME` and, in `auto`, the installed
+version and the environment's requirements; docs/verifiers-runtime.md), when an environment is loaded or on the first
+`import verifiers`. For `ours` an import hook (`VerifiersAlias`) makes `verifiers.<path>` resolve to the SAME module
+objects as `verifiers_rl.<path>`, so `isinstance` holds across both names; no top-level `verifiers` package is
+shipped, so a real installation is never shadowed on disk. The hook never answers `REAL_ONLY` paths (`verifiers.v1`):
+those are the real package's modules, or one ImportError line naming the extra. Only package metadata is read here.
 """
 
 from __future__ import annotations
