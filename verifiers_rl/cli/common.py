@@ -15,8 +15,8 @@ __all__ = ["NAMES", "fail", "note_offline_hub", "program_name", "quiet_library_b
 # bin/vf-eval is whichever package was installed last.
 NAMES = {"vf-rl": "vfrl", "vf-eval": "vfrl-eval", "vf-sft": "vfrl-sft", "vf-tiny-model": "vfrl-tiny-model",
          "vf-setup": "vfrl-setup", "vf-install": "vfrl-install"}
-# The distributions known to install console scripts of our names (their metadata is read only when one of our
-# historical names runs: a scan of every distribution's entry points costs 0.1-0.2 s per start).
+# The distributions known to install console scripts of our names (read only when a historical name runs: scanning
+# every distribution's entry points is slow).
 SHARE_NAMES = ("verifiers",)
 
 
@@ -41,9 +41,8 @@ def note_offline_hub() -> None:
 
 
 def program_name(name: str) -> str:
-    """The name this command runs as, for its usage lines: `vf-eval` or `vfrl-eval` (`name` when started otherwise,
-    e.g. `python -m`). Running as a historical name that an installed verifiers also gives its own program, one line
-    on stderr says that verifiers-rl's answered and which name always does."""
+    """The name this command runs as, for its usage lines (`name` under `python -m`); under a historical name an
+    installed verifiers also uses, one stderr line says which name is always verifiers-rl's."""
     invoked = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if invoked not in (name, NAMES[name]):
         return name

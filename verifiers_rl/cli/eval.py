@@ -166,8 +166,7 @@ def _load(args: argparse.Namespace, env_args: dict, console: object) -> tuple:
 
 
 def _check_local_model(model: str) -> None:
-    """The model the local engine would load: a local dir, or a hub id the hub or its cache can give. Checked
-    before the environment loads its dataset and before torch is imported, so a mistyped -m is one line at once."""
+    """The model the local engine would load exists (dir, hub or cache), checked before the dataset and torch load."""
     from verifiers_rl import network
     from verifiers_rl.errors import ModelNotFoundError, NetworkError
 
@@ -180,8 +179,7 @@ def _check_local_model(model: str) -> None:
 
 
 def _check_judges(env, env_id: str, client, model_name: str, engine, console) -> None:
-    """One line per judge (endpoint, model, where from); a judge that OPENAI_BASE_URL sends to the evaluated
-    model itself, or none at all, stops here in one line."""
+    """One line per judge; one that OPENAI_BASE_URL sends to the evaluated model itself, or none, stops here."""
     from verifiers_rl.rubrics.judge_endpoint import check_judges
     from verifiers_rl.rubrics.rubric import RubricSetupError
 

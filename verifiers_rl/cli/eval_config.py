@@ -1,12 +1,6 @@
-"""vf-eval's config files, in the two shapes verifiers' evaluators read:
-
-- `vf-eval configs/eval/x.toml`: `prime eval run`'s format, top-level defaults and one `[[eval]]` table per
-  environment (`id` or `env_id`, `name`, `args`, `num_examples`, `rollouts_per_example`, `model`, `sampling`, ...);
-- `vf-eval @ x.toml`: verifiers v1's `eval` format, one `[env]` block (`taskset`, `agent`), `num_tasks`,
-  `num_rollouts`, `[sampling]`, `[client]`.
-
-Each evaluation becomes the namespace vf-eval's flags would give; a flag given on the command line wins over the
-file. A key vf-eval cannot honour is one line naming it."""
+"""vf-eval's config files, in the two shapes verifiers' evaluators read (docs/evaluation.md): `prime eval run`'s
+(`[[eval]]` tables) and verifiers v1's `eval` format (`[env]`). Each evaluation becomes the namespace vf-eval's flags
+would give, a flag on the command line winning; a key vf-eval cannot honour is one line naming it."""
 
 from __future__ import annotations
 

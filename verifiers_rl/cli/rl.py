@@ -191,8 +191,7 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
 
 
 def _check_model(cfg: Any) -> None:
-    """The model the run starts from exists (a dir) or can be had (the hub, or its cache) before anything starts,
-    not seconds later in the trainer; a tiny model the run builds itself is not there yet."""
+    """The model the run starts from exists (dir, hub or cache) before anything starts (not one the run builds)."""
     from verifiers_rl.errors import ModelNotFoundError, NetworkError
     from verifiers_rl.launching.pipeline import first_model
     from verifiers_rl.network import check_model_reachable
@@ -215,8 +214,8 @@ def _check_teacher(cfg: Any) -> None:
 
 
 def _check_wandb(resolved: Any) -> None:
-    """W&B on: a key to log in with (WANDB_API_KEY here or in an env_file, a `wandb login` netrc entry) or W&B's
-    offline mode, else one line now: wandb's own error comes after the model and the environments have loaded."""
+    """W&B on: a key (WANDB_API_KEY, an env_file, a netrc entry) or offline mode, else one line now, not wandb's own
+    error after the model and the environments have loaded."""
     from verifiers_rl.config.loading import read_env_file
     from verifiers_rl.config.resolution import map_origin
 
