@@ -1,7 +1,5 @@
-"""Environment output apart from the trainer's, in a vf-rl trainer process: what environment code (rollouts,
-reward functions, tools) prints to stdout / stderr while rollouts run, and the records of the environment loggers
-(`verifiers`, `verifiers_rl.envs`, `verifiers_rl.rubrics`), go to `<output_dir>/logs/env.log` (rank N > 0 of
-several training processes: `env.rankN.log`); everything else stays on the console and in trainer.log.
+"""Environment output apart from the trainer's: in a vf-rl trainer process, what environment code prints while
+rollouts run and the environment loggers' records go to `logs/env.log` (`env.rankN.log` for rank N > 0).
 
 How: `generate_states` runs inside `env_output()`, which sets a context variable that rollout tasks and
 `asyncio.to_thread` copy, and the sys.stdout / sys.stderr router sends writes made in that context to env.log. Nothing

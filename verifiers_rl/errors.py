@@ -79,9 +79,8 @@ class ConfigError(ValueError):
 
 
 class SettingError(ValueError):
-    """A setting's value or combination is wrong (RLConfig and the loss/estimator configs raise it): ``key`` names the
-    setting as RLConfig spells it (``batch_size``, ``loss``), so vf-rl reports ``trainer.args.<key>: <message>``
-    without reading the message."""
+    """A setting's value or combination is wrong: ``key`` names it as RLConfig spells it, so vf-rl reports
+    ``trainer.args.<key>: <message>`` without reading the message."""
 
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)

@@ -1,7 +1,4 @@
-"""Evaluation: run an environment against a client and summarize the scored rollouts.
-
-Used by `vf-eval` and by the trainer's periodic eval.
-"""
+"""Evaluation: run an environment against a client and summarize the scored rollouts (vf-eval, the trainer's eval)."""
 
 from __future__ import annotations
 
@@ -59,9 +56,8 @@ def all_errored(states: list[dict[str, Any]]) -> bool:
 
 
 def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
-    """Flat statistics of scored rollouts (those the environment dropped out of the means, counted in
-    `dropped/rollouts`): reward mean/std, every rubric metric's mean, errors,
-    truncation rate, turns, completion length, and how many turns train stitched vs as samples of their own."""
+    """Flat statistics of scored rollouts: reward, metrics, errors, truncation, turns, lengths (dropped rollouts are
+    counted in `dropped/rollouts`, left out of the means)."""
     kept = [s for s in states if not is_dropped(s)]  # a rollout its environment dropped counts in no mean
     rewards = [reward_of(s) for s in kept]
     out: dict[str, float] = {"reward/mean": _mean(rewards), "reward/std": _std(rewards), "num_rollouts": len(states)}

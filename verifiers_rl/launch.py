@@ -54,15 +54,13 @@ def worker_main(config_path: str) -> int:
     rank = int(os.environ.get("RANK", "0"))
     route_env_output(Path(resolved.output_dir) / "logs", rank)  # environment prints and logs: logs/env.log
     try:
-        # several training processes: rank 0 speaks for all (errors still reach stderr from every rank)
-        # launched by vf-rl (a plan): the RLConfig was built in the run's environment (env files loaded by vf-rl
-        # already), so it is the trainer's; started by hand, it is built again once env files are in
+        # rank 0 speaks for all; with a plan the RLConfig was built with the env files already loaded, so it is reused
         run(resolved.cfg, resolved.rl_kwargs, Console(quiet=rank != 0), plan, resolved.args if plan else None)
-    except (RubricSetupError, ConfigError) as e:  # a judge with no endpoint or the policy's own server; a setting
-        print(f"error: {e}", file=sys.stderr, flush=True)  # the run's world or transformers refuses
+    except (RubricSetupError, ConfigError) as e:  # a judge that cannot run; a setting the world/transformers refuses
+        print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     except (ModelServerError, EnvironmentLoadError, TrainingStalledError, NetworkError, ModelNotFoundError) as e:
-        if debug():  # vf-rl --debug / VF_DEBUG=1
+        if debug():
             import traceback
 
             traceback.print_exc()

@@ -139,9 +139,8 @@ def check_model_path(name: str) -> None:
 
 
 def check_model_reachable(name: str) -> None:
-    """Before a run starts: `name` is a local dir, or a hub id the hub can give or the cache holds. A missing path
-    is ModelNotFoundError, an uncached hub id without the hub NetworkError (one line each, no import of
-    transformers)."""
+    """Before a run starts, without transformers: `name` is a local dir, or a hub id the hub or the cache can give;
+    else ModelNotFoundError / NetworkError, one line."""
     from pathlib import Path
 
     from verifiers_rl.errors import NetworkError

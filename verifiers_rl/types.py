@@ -249,9 +249,7 @@ class ErrorInfo(TypedDict):
 
 
 class RolloutOutput(dict):
-    """A rollout serialized for saving (JSON-ready): the input fields, completion, reward, metrics, timing,
-    is_completed, is_truncated, and optional error, stop_condition, trajectory, tool_defs, token_usage, plus
-    any `state_columns` asked for."""
+    """A rollout serialized for saving (JSON-ready), plus any `state_columns` asked for."""
 
 
 class State(dict):

@@ -162,9 +162,8 @@ def _ours(module: Any) -> bool:
 
 
 def _real_spec(fullname: str) -> Any:
-    """A REAL_ONLY path: the real package's module, never ours. Below our `verifiers` root (the alias answered it)
-    the real package's directory is looked up on sys.path without running its __init__; under the real root, or
-    below a real `verifiers.v1`, the normal machinery finds it (None). Not there: one line naming the fix."""
+    """A REAL_ONLY path: the real package's module, never ours, found on sys.path without running its __init__ (None
+    under a real root: the normal machinery finds it). Not there: one line naming the fix."""
     parent = sys.modules.get(fullname.rpartition(".")[0])
     if parent is not None and not _ours(parent):
         return None
@@ -185,9 +184,8 @@ _state: dict[str, Any] = {"runtime": None, "announced": False}
 
 
 def _decide_on_first_import() -> Runtime | None:
-    """The decision, taken when environment code first imports `verifiers` and nothing decided earlier (so
-    importing verifiers_rl reads no package metadata). An invalid setting leaves the import to the normal
-    machinery; it is reported in one line where an environment is loaded."""
+    """The decision at the first `import verifiers` when nothing decided earlier (importing verifiers_rl reads no
+    metadata); an invalid setting is left to be reported where an environment is loaded."""
     try:
         _state["runtime"] = resolve_runtime()
     except RuntimeSettingError:

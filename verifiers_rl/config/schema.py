@@ -1,7 +1,5 @@
-"""The `vf-rl` config schema (pydantic, unknown keys forbidden) and its resolution into a run: every name of the
-config layer, importable from here. Every mistake is a `ConfigError` whose message is one line starting with the
-key path (docs/configuration.md#errors).
-"""
+"""The `vf-rl` config schema and its resolution into a run: every name of the config layer, importable from here.
+Every mistake is a one-line `ConfigError` starting with the key path (docs/configuration.md#errors)."""
 
 from __future__ import annotations
 

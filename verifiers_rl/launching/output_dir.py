@@ -1,7 +1,6 @@
 """A run's output dir used before: refused unless the run resumes or `--clean-output-dir` clears it.
 
-Training into a finished or crashed run's dir appends to its metrics.jsonl (one plot, two runs) and leaves its
-checkpoints where `resume_from_checkpoint = true` and rotation would mix them with the new run's.
+Training into it would append to its metrics.jsonl and mix its checkpoints with the new run's.
 """
 
 from __future__ import annotations

@@ -98,8 +98,7 @@ def gpu_ids(spec: int | list[int], key: str) -> int:
 
 
 def asked_world_size(trainer: Any) -> tuple[int, str]:
-    """(training processes a `[trainer]` section asks for, the key that asks): `processes` when set (with GPUs it
-    must equal their count: the plan checks that against the machine in `_world_size`), else one per trainer GPU."""
+    """(training processes a `[trainer]` section asks for, the key that asks): `processes`, else one per GPU."""
     if trainer.processes is not None:
         return int(trainer.processes), "trainer.processes"
     return max(1, gpu_ids(trainer.gpus, "trainer.gpus")), "trainer.gpus"
@@ -140,9 +139,8 @@ def devices(spec: int | list[int] | tuple[int, ...] | None, start: int) -> tuple
 
 
 def default_colocate(inference_gpus: Any, trainer_gpus: Any, available: int | None) -> bool:
-    """The one default for sharing: colocate exactly when one GPU is visible, the server asks for one and the
-    trainer for one (or names none: a script's trainer sits wherever its model is). `trainer.gpus = 0` trains on
-    the CPU beside a server on the GPU."""
+    """The one default for sharing: colocate exactly when one GPU is visible and the server and the trainer each ask
+    for one (or the trainer names none: a script's trainer sits wherever its model is)."""
     n_tr = None if trainer_gpus is None else len(devices(trainer_gpus, 0))
     return available == 1 and len(devices(inference_gpus, 0)) == 1 and n_tr in (None, 1)
 

@@ -15,9 +15,8 @@ INFERENCE_BACKENDS = ("auto", "local", "vllm")  # [inference] backend and RLConf
 
 
 def resolve_backend(asked: str, *, server_given: bool, can_start_server: bool = False) -> str:
-    """What 'auto' means, for every caller: vLLM when a server is given (URLs, a port, a server config); else a
-    vLLM server started for the run where the caller starts one unasked (vf-rl on GPUs with a Python that has
-    vLLM: `can_start_server`; a script's RLTrainer never does); else the local engine."""
+    """What 'auto' means, for every caller: vLLM when a server is given, or when the caller starts one unasked
+    (`can_start_server`: vf-rl on GPUs with vLLM; never a script's RLTrainer); else the local engine."""
     if asked != "auto":
         return asked
     return "vllm" if server_given or can_start_server else "local"

@@ -1,8 +1,6 @@
-"""A vf-rl run (its `RunConfig`) resolved against this machine: `RunPlan` — where inference and training run, how
-weights move, how many training processes and how they are started, and the vLLM server's settings.
-
-`plan_launch` makes it once, at launch; it is written to `<output_dir>/configs/plan.json` and every process reads
-it as it is (the user's config, `configs/rl.toml`, is never rewritten)."""
+"""A vf-rl run resolved against this machine: `RunPlan` (where inference and training run, how weights move, the
+training processes, the vLLM server's settings), made once at launch and read by every process from
+`configs/plan.json` (the user's `configs/rl.toml` is never rewritten)."""
 
 from __future__ import annotations
 

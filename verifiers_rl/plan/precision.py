@@ -44,9 +44,8 @@ def _dtype_key(value: Any) -> str:
 def plan_precision(*, bf16: bool | None, fp16: bool = False, use_lora: bool, cuda: bool,
                    bf16_supported: bool = True, server_dtype: Any = None, vllm_server: bool = False,
                    server_cuda: bool | None = None) -> Precision:
-    """The run's precision. `cuda`: the trainer's device; `server_cuda`: the started server's (None: the same);
-    `server_dtype`: the user's own vLLM --dtype, if any; `vllm_server`: a vLLM server is started for this trainer.
-    Raises ValueError (one line naming the setting) for a choice vLLM can't serve."""
+    """The run's precision (`server_cuda` None: the trainer's device; `server_dtype`: the user's own vLLM --dtype);
+    ValueError (one line naming the setting) for a choice vLLM can't serve."""
     if bf16 and fp16:
         raise ValueError("bf16 and fp16: set one of them")
     if bf16 is None:

@@ -66,9 +66,8 @@ def stated_knobs(temperature: float, top_p: float, top_k: int | None, min_p: flo
 
 
 def without_neutral(sampling_args: dict[str, Any]) -> dict[str, Any]:
-    """Request arguments without the knobs at their neutral value: for a server whose samples the trainer does not
-    score against their log-probs (an sft teacher, which may be any OpenAI-compatible API, where vLLM's extra keys
-    are refused)."""
+    """Request arguments without the knobs at their neutral value, for a server the trainer does not score against
+    (an sft teacher: any OpenAI-compatible API, which may refuse vLLM's extra keys)."""
     out = {k: v for k, v in sampling_args.items() if not (k in NEUTRAL and v == NEUTRAL[k])}
     extra = {k: v for k, v in dict(out.pop("extra_body", None) or {}).items()
              if not (k in NEUTRAL and v == NEUTRAL[k])}

@@ -90,8 +90,7 @@ class RubricGroup(Rubric):
         await self._score(states, single=False)
 
     async def _score(self, states: list[Any], single: bool) -> None:
-        """Run every member on the states, starting each from the states' original reward and metrics,
-        then store the summed rewards and metrics."""
+        """Run every member on the states, each from their original reward and metrics, then store the sums."""
         if not states:
             return
         start = time.time()
