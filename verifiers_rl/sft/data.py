@@ -1,17 +1,8 @@
 """SFT data: chat rows → token ids + a mask of the tokens that carry loss.
 
-Two formats: `prompt` + `completion` (loss on the completion's messages) or `messages` (loss on every message of
-the roles that carry it: assistant by default, `loss_roles` to change). Optional columns, as verifiers and
-prime-rl datasets carry them: `tools` (or `tool_defs`; a list of OpenAI tool schemas or its JSON string), handed
-to the chat template, and `chat_template_kwargs` (a dict or its JSON string, e.g. `{"enable_thinking": false}`).
-
-The mask comes from rendering growing prefixes of the conversation with the model's own chat template (no
-`{% generation %}` markers needed), and each trained message's span is checked: the rendering up to it (with
-the generation prompt before an assistant turn) and the rendering through it must both be prefixes of the whole
-row's. A template that renders earlier turns differently once later ones exist (Qwen3 drops the thinking of
-assistant turns before the last user message) fails that check; such a row is then trained as one sample per
-assistant turn, each rendered as the model sees that turn (`on_mismatch="split"`), or refused in one line
-(`"error"`). Nothing is masked from a guess.
+Formats, columns and how the mask is found and checked (rendering growing prefixes with the model's own template;
+a row the template re-renders is split per assistant turn or refused): docs/training.md, "Columns" and "Loss mask".
+Nothing is masked from a guess.
 """
 
 from __future__ import annotations
@@ -214,10 +205,10 @@ BATCH_ROWS = 256  # conversations per apply_chat_template call
 
 def _render_in_batches(rows: list[dict[str, Any]], tokenizer: Any, roles: tuple[str, ...]
                        ) -> dict[int, dict[tuple[int, bool], list[int]]]:
-    """Row index -> `_renders`' token ids, for the rows without per-row template options: apply_chat_template
-    over a list of conversations renders each as alone and tokenizes them in one call (about half of a row's cost
-    one at a time). A row left out (options of its own, a column it cannot read, a batch the template refuses) is
-    rendered on its own as before, and so fails with its own line."""
+    """Row index -> `_renders`' token ids, tokenized in batched apply_chat_template calls, for the rows without
+    template options of their own. A row left out (or in a batch the template refuses) is rendered on its own
+    later, and so fails with its own line."""
+
     wanted: dict[bool, list[tuple[int, tuple[int, bool], list[dict[str, Any]]]]] = {False: [], True: []}
     for k, row in enumerate(rows):
         try:

@@ -1,18 +1,5 @@
-"""Several training processes (torchrun, one per GPU or `[trainer] processes` on the CPU): who generates what, and
-the few collectives a step makes.
-
-- Each rank generates and scores only its share of a step's groups (`share`: whole groups, round-robin), so no
-  rollout is generated twice and generation scales with ranks.
-- The step's scored rollouts are then gathered to every rank (`gather_states`: small dicts, no model state), so
-  advantages (`scale_rewards="batch"` too), metrics and the empty-step watch see the whole step on every rank;
-  each rank trains on its own groups only.
-- Every rank runs the same number of micro-batches (`pad_micro_batches`): a rank with fewer samples (or none, after
-  drops) adds zero-weight micro-batches, because FSDP gathers parameters on every forward and DDP reduces on every
-  synced backward: an uneven count is a hang.
-- One server for all ranks, synced once per step by rank 0 (`build_inference_on_every_rank`): a vLLM server the
-  plan starts is started by rank 0, and every rank waits for rank 0's weight sync before it generates again.
-
-Every function here is a no-op with one process (no process group), so the single-process path is unchanged.
+"""Several training processes (torchrun): who generates what, and the few collectives a step makes (how a step is
+split: docs/multi-node.md). Every function here is a no-op with one process (no process group).
 """
 
 from __future__ import annotations
@@ -90,8 +77,8 @@ def step_totals(loss_tokens: float, sequences: int, micro_batches: int, world: i
 
 
 def pad_micro_batches(micro: list[list[Any]], target: int, filler: Any) -> list[tuple[list[Any], bool]]:
-    """[(micro-batch, is_padding)] with `target` entries: this rank's micro-batches, then zero-weight ones made of
-    `filler` (a sample without loss tokens) so that every rank makes the same forward and backward calls."""
+    """[(micro-batch, is_padding)] with `target` entries: this rank's, then zero-weight ones of `filler` (no loss
+    tokens), since FSDP gathers on every forward and DDP reduces on every backward: an uneven count is a hang."""
     return [(mb, False) for mb in micro] + [([filler], True) for _ in range(target - len(micro))]
 
 
@@ -128,10 +115,8 @@ def barrier(world: int) -> None:
 
 
 def build_inference_on_every_rank(plan: Any, build: Callable[[Any], T], world: int) -> T:
-    """The inference runtime on every rank, each generating its own share of the groups. A vLLM server the plan
-    starts is started once, by rank 0, and the other ranks send their requests to it (`plan.joining(url)`), so
-    the server rank 0 syncs is the one every rank uses. Returns once rank 0's first weight sync is done: no rank
-    generates before the servers serve the policy (or asks for an adapter that is not loaded yet)."""
+    """The inference runtime on every rank. A vLLM server the plan starts is started by rank 0 alone, and the other
+    ranks join it (`plan.joining(url)`). Returns after a barrier, so no rank generates before the policy is served."""
     if world <= 1:
         return build(plan)
     rank = rank_world()[0]
@@ -146,9 +131,8 @@ def build_inference_on_every_rank(plan: Any, build: Callable[[Any], T], world: i
 
 
 def die_with_launcher() -> None:
-    """Under torchrun (Linux): ask the kernel to kill this rank when torchrun dies, even by SIGKILL, so no rank
-    outlives its launcher (torchrun starts each rank in a session of its own, out of reach of a process-group
-    kill)."""
+    """Under torchrun (Linux): have the kernel kill this rank when torchrun dies, even by SIGKILL (each rank has a
+    session of its own, out of reach of a process-group kill)."""
     import os
     import sys
 
@@ -165,10 +149,9 @@ def die_with_launcher() -> None:
 
 @functools.cache  # registered once per process
 def release_process_group_at_exit() -> None:
-    """Destroy the default process group when the interpreter exits, while Python is still whole. Left to
-    finalization, gloo's worker threads can abort a rank that finished its run (SIGABRT, "terminate called without
-    an active exception"), and torchrun then reports the run as failed. Registered once; a no-op when the group is
-    already gone (the user destroyed it)."""
+    """Destroy the default process group at interpreter exit, while Python is still whole: left to finalization,
+    gloo's threads can abort a finished rank (SIGABRT) and torchrun reports the run failed."""
+
     import atexit
 
     atexit.register(_destroy_process_group)

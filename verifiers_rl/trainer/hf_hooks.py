@@ -1,16 +1,13 @@
 """Every private transformers / accelerate internal RLTrainer relies on, in this one module.
 
-Tested on the transformers / accelerate versions uv.lock pins (pyproject.toml allows transformers >=5.0,<6;
-scripts/check-floors.sh runs the trainer's tests at every direct dependency's floor). `missing_hooks()` lists what
-the installed versions no longer have (a name gone, a parameter renamed): RLTrainer refuses to start in one line
-when it is not empty, and tests/test_hf_hooks.py runs it, so a release that moves one of them is caught at once.
+`missing_hooks()` lists what the installed versions no longer have (a name gone, a parameter renamed); RLTrainer
+then refuses to start in one line, and tests/test_hf_hooks.py catches a release that moves one.
 
 What is used, and why no public hook does it:
 - `Trainer._save_checkpoint` / `_get_output_dir`: checkpoints are written under `<output_dir>/.staging/` and renamed
-  into place whole (checkpoints.save_staged), so HF's checkpoint is written into another directory.
+  into place whole (checkpoints.save_staged).
 - `Trainer._save`, `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler`, `_load_from_checkpoint`: under
-  FSDP2 applied by sharding.py the unsharded copy is saved and loaded (a loadable HF model dir / adapter) and the
-  optimizer one shard per rank. Without that sharding each is Trainer's own.
+  FSDP2 applied by sharding.py the unsharded copy is saved and loaded and the optimizer one shard per rank.
 - `Trainer._created_lr_scheduler`, set beside a scheduler built in `create_scheduler` (HF's own flag for "this
   trainer made it"): the default constant schedule with warmup_steps warms up, as RLConfig documents.
 - `Accelerator.prepare_model` (patched on one accelerator object) and `Accelerator._models`: on a multi-CPU run
@@ -73,7 +70,7 @@ def check_hooks() -> None:
 
 
 def keep_fsdp_out_of_ddp(accelerator: Any) -> None:
-    """accelerate wraps every model in DDP on a multi-CPU run; a model FSDP2 already shards must stay as it is."""
+    """Keep a model FSDP2 already shards out of accelerate's DDP wrapping (see the module docstring)."""
     from torch.distributed.fsdp import FSDPModule
 
     original = accelerator.prepare_model
@@ -94,8 +91,9 @@ def _sharded_here(trainer: Any) -> bool:
 
 
 class TrainerHooks:
-    """RLTrainer's overrides of transformers.Trainer's private hooks: a mixin before Trainer. Each one hands the work
-    to a public function (checkpoints.py, sharding.py) or, where nothing of ours applies, to Trainer's own."""
+    """RLTrainer's overrides of transformers.Trainer's private hooks: a mixin before Trainer, handing the work to
+    checkpoints.py / sharding.py, or to Trainer's own."""
+
 
     sharded: Any = None  # sharding.ShardedPolicy under FSDP2, else None
     checkpoint_root: str | None = None  # while a checkpoint is saved: the staging dir HF writes checkpoint-N into

@@ -1,12 +1,8 @@
 """Log-probabilities (and entropies) of the tokens of a sequence, without materializing [B, T, V] logits.
 
-`hidden_token_logprobs` takes the model's last hidden states and its own output head module and computes the
-chosen tokens' log-probs a few rows at a time: each chunk of rows goes through the head, a log-sum-exp and a
-gather, under activation checkpointing, so neither the forward nor the backward ever holds more than one
-chunk's logits. Calling the head *module* (not its weight) keeps PEFT adapters and FSDP wrapping in play.
-`token_logprobs_and_entropy` does the same from full logits (the head is then the identity).
-
-Pure functions: tensors (and the head) in, tensors out.
+`hidden_token_logprobs` runs the output head a chunk of rows at a time under activation checkpointing, so neither
+forward nor backward holds more than one chunk's logits. Calling the head *module* (not its weight) keeps PEFT
+adapters and FSDP wrapping in play.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from torch.utils.checkpoint import checkpoint
 from verifiers_rl.inference.truncation import keep_mask
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 23
-"""Logit elements per chunk (32 MiB in fp32; rounded up to whole rows): 56 rows at Qwen3's 151,936 vocabulary."""
+"""Logit elements per chunk (32 MiB in fp32), rounded up to whole rows."""
 
 
 def _needs_upcast(t: torch.Tensor) -> bool:
@@ -62,12 +58,10 @@ def hidden_token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs of ``input_ids`` [B, T] from the last hidden states [B, T, H] and the output ``head``.
 
-    Same alignment and scaling as :func:`token_logprobs_and_entropy`: ``out[:, t] = log p(input_ids[:, t] | < t)``
-    under ``softmax(head(hidden[:, t-1]) / temperature)``, ``out[:, 0] = 0``. With ``mask`` [B, T] only the true
-    positions are computed (the others are 0): pass the loss mask to skip prompt tokens entirely. With an active
-    ``truncation`` (`plan.sampling.Truncation`), the distribution is the sampler's truncated one, renormalized
-    over its support (`inference/truncation.py`), and so is the entropy. Returns
-    ``(logprobs [B, T] fp32 for half-precision heads, entropy [B, T] detached or None)``.
+    ``out[:, t] = log p(input_ids[:, t] | < t)`` under ``softmax(head(hidden[:, t-1]) / temperature)``,
+    ``out[:, 0] = 0``; only ``mask``'s true positions are computed (others 0). An active ``truncation`` scores over
+    the sampler's truncated support (`inference/truncation.py`). Returns (logprobs, detached entropy or None), fp32
+    for half-precision heads.
     """
     if hidden.ndim != 3 or input_ids.ndim != 2 or hidden.shape[:2] != input_ids.shape:
         raise ValueError(
@@ -82,10 +76,8 @@ def hidden_token_logprobs(
 
 
 def _head_input(rows: torch.Tensor, head: Callable) -> torch.Tensor:
-    """``rows`` in the dtype of the head's weight, as the model's own forward applies it. Accelerate's mixed
-    precision returns a half-precision forward's hidden states upcast to fp32; a LoRA policy's head is then still
-    half precision (its frozen base) and, outside the forward's autocast, takes no fp32 input. Log-probs are upcast
-    after the head either way (`_chunk_logprobs`); an fp32 head leaves the rows as they are."""
+    """``rows`` in the head weight's dtype: accelerate's mixed precision hands back fp32 hidden states, which a LoRA
+    policy's half-precision head refuses outside the forward's autocast."""
     weight = getattr(head, "weight", None)  # nn.Linear, and a PEFT layer's base weight; none for `_identity`
     if isinstance(weight, torch.Tensor) and weight.is_floating_point() and weight.dtype != rows.dtype:
         return rows.to(weight.dtype)
@@ -143,10 +135,7 @@ def token_logprobs_and_entropy(
     with_entropy: bool = True,
     truncation: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probabilities (and entropies) of ``input_ids`` under ``softmax(logits / temperature)``, from
-    full ``[B, T, V]`` logits: :func:`hidden_token_logprobs` with the identity as the head (same alignment,
-    ``out[:, 0] = 0``; the last position of ``logits`` is unused). Returns ``(logprobs [B, T], entropy [B, T]
-    detached, or None)``, fp32 for half-precision logits."""
+    """:func:`hidden_token_logprobs` from full ``[B, T, V]`` logits (the identity as the head)."""
     if logits.ndim != 3 or input_ids.ndim != 2 or logits.shape[:2] != input_ids.shape:
         raise ValueError(
             f"expected logits [B, T, V] and input_ids [B, T], got {tuple(logits.shape)} and {tuple(input_ids.shape)}"
@@ -227,13 +216,10 @@ def policy_token_logprobs(
     pad_id: int = 0,
     truncation: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run the (possibly PEFT/DDP-wrapped) causal LM and return its per-token log-probs (and entropy) at the
-    `mask` positions, as :func:`hidden_token_logprobs`. The forward goes through `model` itself (wrappers'
-    hooks apply) and asks for the logits of the last position only; the head runs chunk by chunk.
-
-    With ``prompt_lens`` (row b's first ``prompt_lens[b]`` tokens are its prompt), rows that share a prompt run
-    as one packed row (`prefix_packing`) when the model takes a 4D mask and packing pays; same results.
-    ``truncation``: the sampler's truncated support (see :func:`hidden_token_logprobs`)."""
+    """The (possibly PEFT/DDP-wrapped) causal LM's per-token log-probs (and entropy) at the `mask` positions, as
+    :func:`hidden_token_logprobs`. The forward goes through `model` itself (wrappers' hooks apply) with
+    ``logits_to_keep=1``; the head runs chunk by chunk. With ``prompt_lens``, rows that share a prompt run as one
+    packed row (`prefix_packing`) when the model allows it and packing pays."""
     head = _output_head(model)
     if head is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
@@ -283,10 +269,9 @@ def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_
 def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     temperature: float, *, prompt_lens: list[int], pad_id: int, atol: float | None = None,
                     dtype: torch.dtype | None = None) -> bool | None:
-    """Whether the packed forward gives this model's padded log-probs (no grad), compared on three rollouts of
-    each of the first two prompts that several rows share; None when no prompt is shared (nothing to compare) or
-    the model cannot take the packed form. `atol` None: the tolerance of `dtype` (the trainer's mixed precision),
-    else of the model's own dtype (bf16 rounds more)."""
+    """Whether the packed forward matches the padded one (no grad) on a few rollouts of the first shared prompts;
+    None when no prompt is shared or the model cannot be packed. `atol` None: `dtype`'s (else the model's)."""
+
     settings = _packing_settings(model)
     head = _output_head(model)
     if settings is None or head is None:

@@ -26,9 +26,8 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def masked_extreme(values: torch.Tensor, mask: torch.Tensor, largest: bool) -> torch.Tensor:
-    """The max (``largest``) or min of ``values`` where ``mask`` is true; -inf / +inf (the identity of max / min, so
-    micro-batches merge) when the mask is empty. The flatten + identity element covers B = 0 too (amin/amax of
-    an empty tensor raise)."""
+    """The max (``largest``) or min of ``values`` where ``mask`` is true; with an empty mask (or B = 0, where amax
+    raises) the identity -inf / +inf, so micro-batches merge."""
     fill = values.new_tensor(float("-inf") if largest else float("inf"))
     vals = torch.cat([torch.where(mask, values, fill).flatten(), fill.view(1)])
     return vals.max() if largest else vals.min()
@@ -60,14 +59,11 @@ def clamped_total(total: int | torch.Tensor, like: torch.Tensor) -> torch.Tensor
 
 @dataclass
 class LossInputs:
-    """One micro-batch. All per-token tensors are ``[B, T]`` aligned to token positions.
+    """One micro-batch: per-token tensors are ``[B, T]``; ``advantages`` is ``[B]`` (broadcast) or ``[B, T]``.
 
-    ``advantages`` is ``[B]`` (one per sequence, broadcast over its tokens) or ``[B, T]`` (per token).
-    ``loss_mask`` is true on the completion tokens that train (env responses and prompts are false).
-    ``total_loss_tokens`` is the number of loss tokens in the whole optimizer step, across all micro-batches and
-    ranks, so that summing the micro-batch losses gives the step's per-token mean. ``total_sequences`` (the step's
-    sequences), ``total_micro_batches`` (micro-batches over all ranks) and ``max_completion_length`` (the run's
-    max_tokens) are the other normalisers a loss may divide by (TRL's loss types: ``losses/trl_types.py``).
+    ``total_loss_tokens`` counts the whole optimizer step's loss tokens (all micro-batches and ranks), so summing the
+    micro-batch losses gives the step's per-token mean; the other ``total_*`` / ``max_completion_length`` are the
+    normalisers TRL's loss types divide by (``losses/trl_types.py``).
     """
 
     trainer_logprobs: torch.Tensor
@@ -100,14 +96,11 @@ class StepTotals(NamedTuple):
 
 @dataclass
 class LossOutputs:
-    """The loss (with grad) and this micro-batch's metrics by name (detached 0-d tensors, no device sync).
+    """The loss (with grad) and this micro-batch's metrics (detached 0-d tensors, no device sync).
 
-    ``metrics`` holds ``loss_tokens`` (the micro-batch's number of loss tokens) and values over those tokens, named
-    as the trainer logs them: ``.../min`` and ``.../max`` are extremes, every other name is a per-token mean (0 with
-    no loss tokens; the extremes are then +inf / -inf, the identities of min / max). Weighted by ``loss_tokens``
-    they aggregate into a step's metrics (:class:`verifiers_rl.trainer.metrics.TokenWeightedMetrics`).
-    ``no_gradient``: ``[B, T]`` bool, the loss tokens this loss gives no policy-gradient term (the default loss's
-    ratio window, DAPO's active clip), as the token export reports them; None when it leaves none out.
+    ``metrics``: ``loss_tokens`` plus per-token means, except ``.../min`` and ``.../max`` extremes; weighted by
+    ``loss_tokens`` they merge into a step's (:class:`verifiers_rl.trainer.metrics.TokenWeightedMetrics`).
+    ``no_gradient``: the ``[B, T]`` loss tokens given no policy-gradient term (for the token export), or None.
     """
 
     loss: torch.Tensor
@@ -120,10 +113,8 @@ LossFn = Callable[[LossInputs, LossConfig], LossOutputs]
 
 
 def k3_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(p || q) from tokens sampled from p: ``exp(log_q - log_p) - (log_q - log_p) - 1``.
-
-    Non-negative, unbiased (``E_p[q/p] = 1``), and lower variance than ``log_p - log_q`` (Schulman's k3).
-    """
+    """Per-token k3 estimate of KL(p || q) from tokens sampled from p: non-negative, unbiased, low variance
+    (Schulman's k3)."""
     d = log_q - log_p
     return torch.exp(d) - d - 1
 
@@ -135,14 +126,9 @@ def ratio_masked_policy_gradient(inputs: LossInputs, config: LossConfig) -> Loss
         log_r = trainer_lp - sampling_lp            (sampling_lp detached)
         r     = exp(log_r)
         l     = -r * A * keep + kl_tau * log_r^2 + beta * k3(trainer || ref)
-    ``keep`` is 0 on tokens with ``r < mask_ratio_low`` or ``r > mask_ratio_high``: no policy-gradient term there
-    (verifiers' trust-region mask), while the two regularizers apply on every loss token (prime-rl's
-    ``default_loss_fn`` adds ``kl_tau * log_r^2`` over its whole loss mask; TRL's GRPO adds ``beta * KL`` over the
-    completion mask, outside its clipping). ``loss = sum(l over loss tokens) / total_loss_tokens``.
-
-    ``mismatch_kl/mean`` is the k3 estimate of KL(sampler || trainer), ``r - log_r - 1`` averaged over loss tokens:
-    the tokens were sampled from the inference server, so this is unbiased and >= 0 (prime-rl's definition).
-    ``ref_kl/mean`` (with ``ref_logprobs``) is k3(trainer || ref) averaged the same way.
+    ``keep`` is 0 outside ``[mask_ratio_low, mask_ratio_high]`` (verifiers' trust-region mask). The regularizers
+    apply on every loss token, as in prime-rl's ``default_loss_fn`` and TRL's GRPO: they pull out-of-window tokens
+    back. ``loss = sum(l) / total_loss_tokens``. ``mismatch_kl/mean`` is k3 KL(sampler || trainer) (prime-rl's).
     """
     mask = inputs.loss_mask.bool()
     trainer_lp = inputs.trainer_logprobs.float()
@@ -159,9 +145,6 @@ def ratio_masked_policy_gradient(inputs: LossInputs, config: LossConfig) -> Loss
     if advantages.ndim == 1:
         advantages = advantages.unsqueeze(1)
 
-    # The policy-gradient term trains only inside the ratio window (`keep`); the regularizers apply on every loss
-    # token, as prime-rl's default loss (its `log_r^2` term over the whole loss mask) and TRL's GRPO (`beta * KL`
-    # added after the clipped term, over the completion mask) do: they are what pulls out-of-window tokens back.
     pg_tokens = -ratio * advantages
     reg_tokens = torch.zeros_like(trainer_lp)
     if config.kl_tau:

@@ -1,15 +1,10 @@
-"""`perf/mfu`: model FLOPs utilisation, in percent, as prime-rl logs it (trainer/perf.py there): the FLOPs a
-step's training needs per second, over the GPUs' peak.
+"""`perf/mfu`: model FLOPs utilisation in percent, as prime-rl logs it: a step's training FLOPs per second over the
+GPUs' bf16 dense peak (by device name; an unknown device or the CPU gets no `perf/mfu`, never a guessed peak).
 
-FLOPs of one training token (forward + backward), the PaLM paper's count (Chowdhery et al. 2022, "PaLM: Scaling
-Language Modeling with Pathways", appendix B; torchtitan and prime-rl use the same):
-  6 N for the matmul weights (2 N forward, 4 N backward) + 12 L H Q T for attention (L layers, H heads of size Q,
-  T the sequence's length; causal masking not discounted).
-N counts the weights that take part in matmuls: every parameter but the input embedding (the LM head included,
-counted once when tied). A frozen weight (LoRA's base) needs no weight gradient: 4 N_frozen instead of 6.
+FLOPs per training token, the PaLM paper's count (appendix B; torchtitan and prime-rl use it): 6 N for the matmul
+weights (every parameter but the input embedding; 4 N for frozen ones, no weight gradient) + 12 L H Q T for
+attention (L layers, H heads of size Q, sequence length T; causal masking not discounted)."""
 
-The peak is bf16 dense (no sparsity) from the vendor's data sheet, by device name. A device not in the table, and
-the CPU, get no `perf/mfu` at all: never a guessed peak."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Training modes: what a step's rollouts are and which loss trains on them (``RLConfig.training_mode``).
-
-- ``rl``: the policy's rollouts; rewards → group advantages → an RL loss (``loss.type``: ``trainer/losses/``).
-- ``opd``: on-policy distillation. The policy's rollouts; a teacher scores the sampled sequences and the loss
-  lowers the policy's KL to the teacher on the policy's own sampled tokens (``distill_loss.opd_loss``). In
-  multi-turn rollouts the environment's tokens carry no loss.
-- ``sft``: the teacher generates the rollouts through the environment (multi-turn and tool environments too);
-  the policy trains on the teacher's replies, re-tokenized with the policy's chat template, with cross-entropy
-  (``distill_loss.sft_loss``), optionally only on rollouts whose reward reaches ``sft_min_reward``.
-
-The settings are RLConfig's fields (``trainer/config_fields.py``); their rules are here (``mode_problem``).
+"""Training modes, ``rl`` | ``opd`` | ``sft`` (``RLConfig.training_mode``; docs/training-modes.md): what a step's
+rollouts are and which loss trains on them. The settings' rules are here (``mode_problem``).
 """
 
 from __future__ import annotations
@@ -72,8 +63,8 @@ class RLMode:
         self.trainer = trainer
         self.args = a = trainer.args
         self.teacher = teacher  # opd / sft: trainer/teacher.py
-        # the policy's log-probs match its sampling distribution; greedy (0) reports the raw one, as vLLM does
         self.temperature = logprob_temperature(a.temperature)
+
         # the support the sampler keeps (top_k / top_p / min_p): log-probs, entropy and the reference's over it
         self.truncation = truncation_of(a.temperature, a.top_k, a.top_p, a.min_p)
 

@@ -1,17 +1,9 @@
 """One forward row per prompt: the rollouts of a group share their prompt, so it is computed once.
 
-A micro-batch of right-padded rows [B, T] (prompt + continuation each) becomes R rows, one per distinct prompt:
-the prompt's tokens, then every continuation that follows it, one after another. A 4D attention mask lets each
-continuation see the prompt and itself (causally) and nothing else; position ids restart at the prompt length
-for each continuation, so every token sees exactly what it sees in its own row: the same log-probs, the same
-gradients, with the prompt's forward and backward paid once per group instead of once per rollout (HF's
-"custom 4D attention mask" input, used as-is by its sdpa and eager attention).
-
-`pack_shared_prompts` decides from a cost estimate (tokens plus attention) whether packing pays for this
-micro-batch and returns None when it does not. `source` maps every original position (b, t) to its position in
-the packed rows, so callers read the hidden states of the original layout through it.
-
-Pure functions: tensors in, tensors out.
+Each packed row holds a prompt, then every continuation that follows it. A 4D attention mask (HF's "custom 4D
+attention mask", used as-is by sdpa and eager) lets each continuation see the prompt and itself only, and position
+ids restart at the prompt length, so every token sees exactly what it sees in its own row: same log-probs and
+gradients. `source` maps each original position (b, t) into the packed rows.
 """
 
 from __future__ import annotations
@@ -61,11 +53,10 @@ def pack_shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, p
                         max_len: int = MAX_PACKED_LEN, min_saving: float = MIN_SAVING,
                         dense_mask: bool = True) -> PackedRows | None:
     """Packed rows for right-padded ``input_ids`` [B, T] whose first ``prompt_lens[b]`` tokens are row b's prompt;
-    None when no two rows share a prompt or packing would not pay (its cost estimate is not below ``min_saving``
-    times the padded rows'). ``mask_dtype`` None gives a bool mask
-    (True = attend, for sdpa); a float dtype gives an additive mask (0 / dtype min, for eager attention).
-    ``dense_mask=False``: no mask (None) and no length limit, for attention by `segments` (`segment_attention`),
-    whose cost is what each segment sees."""
+    None when no two rows share a prompt or the cost estimate is not below ``min_saving`` times the padded rows'.
+    ``mask_dtype`` None: a bool mask (sdpa), else additive (eager). ``dense_mask=False``: no mask and no length
+    limit, for attention by `segments` (`segment_attention`)."""
+
     B, T = input_ids.shape
     lengths = attention_mask.sum(-1).tolist()
     groups = group_rows(input_ids, lengths, prompt_lens)

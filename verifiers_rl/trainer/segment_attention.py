@@ -1,17 +1,14 @@
 """Attention over prompt-packed rows that computes only the query-key pairs a token may see.
 
-A packed row (`prefix_packing`) holds a prompt and then its rollouts' continuations one after another. Each
-continuation sees the prompt and itself, so a dense [L, L] attention spends most of its work on pairs the mask
-throws away (8 continuations of 40 tokens after a 60-token prompt: 3 of every 4 causal pairs). Here every
-segment (the prompt, each continuation) gathers its queries and the keys it sees (its prefix, then its own
-tokens) into a small padded block, and all blocks run through one fused attention call per segment kind:
-the same results as the dense mask, at the cost of the rows the rollouts would have had unpacked.
+In a packed row (`prefix_packing`) a dense [L, L] attention spends most of its work on pairs the mask throws away.
+Here every segment (the prompt, each continuation) gathers its queries and the keys it sees into a small padded
+block, one fused sdpa call per segment kind: the dense mask's results at the unpacked rows' cost.
 
-It runs as a transformers attention function ("vf_rl_segments", with sdpa's mask function) that the packed
-forward switches the model's config to (`segments_attention`), with the layout in a context variable: a call
-without a layout (a forward in another thread meanwhile, such as the local engine's) is plain sdpa with its own
-mask. `segment_layout` is a pure function.
+It runs as a transformers attention function ("vf_rl_segments") the packed forward switches the config to
+(`segments_attention`), the layout in a context variable: a call without one (another thread's forward, such as
+the local engine's) is plain sdpa.
 """
+
 
 from __future__ import annotations
 

@@ -2,15 +2,11 @@
 `fsdp_config={"version": 2}` on RLConfig (`[trainer.args]` in a vf-rl TOML).
 
 Why here: on the CPU, transformers' Trainer accepts those settings and then wraps the model in DDP (accelerate keeps
-no FSDP plugin there). When accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` to each
-decoder layer and the root, and the trainer keeps accelerate from wrapping the sharded model in DDP (hf_hooks.py).
-Everything below reads DTensor parameters either way.
+no FSDP plugin there). When accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` here.
 
 Generation and weight sync never touch the sharded model (a sharded forward all-gathers on every call, and ranks
-generate different numbers of tokens): `ShardedPolicy.full` is an unsharded copy on every rank, which `refresh`
-brings up to date after each optimizer step (same collectives on every rank; with LoRA only the adapter). The model
-is moved to the rank's device (`args.device`) before the copy and the sharding, so shards, copy and weight sync all
-live there; resuming (`load_full_into_shards`) reads the copy on every rank.
+generate different numbers of tokens): they use `ShardedPolicy.full`, an unsharded copy on every rank that
+`refresh` updates after each optimizer step.
 """
 
 from __future__ import annotations
@@ -40,9 +36,9 @@ def _layer_classes(model: Any) -> set[str]:
 
 
 def apply_fully_shard(model: Any, device_type: str, world: int) -> int:
-    """`fully_shard` each decoder layer, then the root (embeddings, norm and output head stay in the root's
-    group: the chunked log-prob head is called outside the forward, a different number of times per rank).
-    Returns the number of layers sharded."""
+    """`fully_shard` each decoder layer, then the root; returns the number of layers sharded. The output head stays
+    in the root's group: the chunked log-prob head is called outside the forward, a different number of times per
+    rank."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -54,8 +50,7 @@ def apply_fully_shard(model: Any, device_type: str, world: int) -> int:
                           "_no_split_modules); train it without fsdp")
     for layer in layers:
         fully_shard(layer, mesh=mesh)
-    # The root keeps its parameters gathered after the forward (FSDP2's default for the root), which the
-    # log-prob head relies on.
+    # the log-prob head relies on the root keeping its parameters gathered after the forward (FSDP2's default)
     fully_shard(model, mesh=mesh)
     return len(layers)
 
@@ -93,8 +88,7 @@ def _on(device: Any, t: Any) -> bool:
 
 
 def move_to_device(model: Any, device: Any) -> bool:
-    """Move `model` to `device` when a parameter or buffer is elsewhere; True when it moved (on the CPU, nothing
-    does)."""
+    """Move `model` to `device` when a parameter or buffer is elsewhere; True when it moved."""
     tensors = [*model.parameters(), *model.buffers()]
     if all(_on(device, t) for t in tensors):
         return False
@@ -103,8 +97,7 @@ def move_to_device(model: Any, device: Any) -> bool:
 
 
 def shard_policy(trainer: Any) -> ShardedPolicy | None:
-    """Apply FSDP2 when the RLConfig asks for it; None without FSDP. One-line ConfigError for what is not
-    supported."""
+    """Apply FSDP2 when the RLConfig asks for it (None without FSDP; one-line ConfigError when unsupported)."""
     import torch
     import torch.distributed as dist
 
@@ -153,8 +146,8 @@ def shard_fraction(model: Any) -> float:
     return local / max(total, 1)
 
 
-# --- checkpoints under FSDP2 applied here: each rank writes and reads its own optimizer shard (the Trainer hooks that
-# call these are in hf_hooks.py) ------------------------------------------------------------------------------------
+# --- checkpoints under FSDP2 applied here: each rank its own optimizer shard (called from hf_hooks.py) -------------
+
 OPTIMIZER_SHARD = "optimizer.rank{rank}.pt"
 
 

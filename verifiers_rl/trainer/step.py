@@ -1,9 +1,6 @@
-"""One optimizer step of RLTrainer: the step's batch from the orchestrator, group advantages, this rank's samples
-split into micro-batches (zero-weight filler where another rank has more), the token-level loss normalized over the
-whole step, backward, and the step's metrics; after the optimizer step, the weight sync.
-
-`StepRunner` holds what lasts between steps (whether prompt packing matches the padded forward on this model, when
-the step started); `RLTrainer.training_step` is one call to `StepRunner.run`.
+"""One optimizer step of RLTrainer: batch, group advantages, micro-batches, the token-level loss normalized over the
+whole step, backward, metrics; after the optimizer step, the weight sync. `RLTrainer.training_step` calls
+`StepRunner.run`.
 """
 
 from __future__ import annotations
@@ -91,8 +88,7 @@ class StepRunner:
         tr = self.trainer
         args = tr.args
         world, rank = args.world_size, args.process_index
-        # `samples` are this rank's own groups; the loss is normalized by the loss tokens of the whole step, and
-        # every rank runs as many micro-batches as the busiest one (zero-weight padding: FSDP/DDP collectives).
+        # every rank runs as many micro-batches as the busiest one (zero-weight padding: FSDP/DDP collectives)
         micro = split_micro_batches(samples, args.micro_batch_size)
         tokens, sequences, n_micro = distributed.step_totals(sum(sum(s.loss_mask) for s in samples), len(samples),
                                                              len(micro), world)
@@ -108,9 +104,8 @@ class StepRunner:
             # Gradients sync across ranks once per step, on the last micro-batch.
             ctx = tr.accelerator.no_sync(model) if i < len(padded) - 1 else contextlib.nullcontext()
             with ctx, tr.compute_loss_context_manager():
-                # Log-probs only where they are used (all positions for the token export), entropy only when
-                # this step is logged; the output head runs in chunks (no [B, T, V] logits).
-                # (a micro-batch without loss tokens runs the head everywhere: every parameter takes part)
+                # log-probs only where used (everywhere for the token export, or with no loss tokens: every
+                # parameter must take part in the backward)
                 where = mb.attention_mask.bool() if args.enable_token_export or not any(
                     any(x.loss_mask) for x in mb_samples) else mb.loss_mask
                 lp, ent = policy_token_logprobs(model, mb.input_ids, mb.attention_mask, tr.mode.temperature,
@@ -132,9 +127,8 @@ class StepRunner:
         return total_loss * world, distributed.merge_metrics(distributed.all_gather(acc.result(), world))
 
     def packing(self, model: torch.nn.Module, mb: Any) -> dict[str, Any]:
-        """Arguments that let rollouts sharing a prompt run as one packed row. The first time, the packed and the
-        padded forward are compared on this micro-batch (no grad): a model that reads positions or masks its own
-        way keeps the padded path, with one line saying so."""
+        """Arguments that let rollouts sharing a prompt run as one packed row, once a first comparison with the
+        padded forward (`packing_matches`) found them equal on this model."""
         tr = self.trainer
         kwargs = {"prompt_lens": [s.prompt_len for s in mb.samples], "pad_id": tr.processing_class.pad_token_id}
         if self.packing_checked is None:
@@ -148,8 +142,8 @@ class StepRunner:
         return kwargs if self.packing_checked else {}
 
     def after_optimizer_step(self) -> None:
-        """Serve the new weights, and complete the step's metrics: time/weight_sync, the inference's, time/step,
-        then perf/throughput, perf/peak_memory, perf/mfu (a known GPU) over that time."""
+        """Serve the new weights, and complete the step's timing and perf metrics."""
+
         from verifiers_rl.trainer.rollout_metrics import perf_metrics
 
         tr = self.trainer

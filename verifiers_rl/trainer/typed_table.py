@@ -1,10 +1,7 @@
-"""A run's loss and advantage estimator from their settings tables: ``RLConfig.loss`` (``[trainer.args.loss]``) and
-``RLConfig.advantage`` (``[trainer.args.advantage]``), each ``type`` (a registered name, or an import path) and that
-type's own keys. The one module that reads those tables: it finds the type, builds its config (which checks its
-values), and keeps the result beside the RLConfig, so a run builds each once and its trainer hands them on.
-
-RLConfig's older top-level spellings of some keys (``kl_tau`` for ``loss.kl_tau``, ``scale_rewards`` for
-``advantage.scale_rewards``, ...) are deprecated: set, one fills the chosen type's key with one warning."""
+"""A run's loss and advantage estimator from their settings tables, ``RLConfig.loss`` and ``RLConfig.advantage``:
+each a ``type`` (a registered name, or an import path) and that type's keys. The one module that reads them; it
+builds each config once and keeps it beside the RLConfig. Deprecated top-level spellings (``kl_tau``, ...) fill
+the chosen type's key with one warning."""
 
 from __future__ import annotations
 
@@ -21,16 +18,14 @@ from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, 
 from verifiers_rl.trainer.lazy_function import imported
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec
 
-# RLConfig's deprecated top-level spellings, each of a key of that section's table (one release, one warning each):
-# RLConfig's fields, vf-rl's renames (config/composition.py) and the build below all read this one mapping.
+# deprecated top-level spelling → its section; RLConfig's fields, vf-rl's renames (config/composition.py) read it too
 DEPRECATED_KEYS: dict[str, str] = {"mask_ratio_low": "loss", "mask_ratio_high": "loss", "kl_tau": "loss",
                                    "beta": "loss", "scale_rewards": "advantage"}
 
 
 def build_config(section: str, name: str, config: type, table: dict[str, Any], c: Any) -> Any:
-    """Type ``name``'s ``config`` (``section`` e.g. loss, type dapo) built from ``table`` (its keys, ``type``
-    removed) and the section's deprecated top-level keys read from ``c`` (None: unset). An unknown key, a
-    top-level key the type lacks, or one key set twice differently: one line."""
+    """Type ``name``'s ``config`` built from ``table`` (``type`` removed) and the section's deprecated top-level
+    keys on ``c``. An unknown key, or one key set twice differently: one line."""
     own = [f.name for f in dataclasses.fields(config)]
     for key in table:
         if key not in own:
@@ -84,9 +79,8 @@ _WARNED: set[str] = set()
 
 
 def deprecated_spelling(section: str, key: str) -> None:
-    """One warning per process for RLConfig's deprecated top-level ``key``, now ``<section>.<key>`` (a
-    FutureWarning, as transformers warns of its renamed arguments). vf-rl moves a config's old key before RLConfig
-    sees it (config/composition.py: RENAMED), so a run's worker processes never see it."""
+    """One FutureWarning per process for RLConfig's deprecated top-level ``key`` (vf-rl renames it before its
+    workers see it: config/composition.py)."""
     if key in _WARNED:
         return
     _WARNED.add(key)
@@ -96,8 +90,8 @@ def deprecated_spelling(section: str, key: str) -> None:
 
 
 def _caller_level() -> int:
-    """The stack level of the first frame outside this package (and dataclasses' generated ``__init__``): the
-    line that built the RLConfig, which the warning names."""
+    """The stack level of the line that built the RLConfig: the first frame outside this package and dataclasses'
+    generated ``__init__``."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frame, level = sys._getframe(2), 2  # the frame warn()'s stacklevel=2 names
     while frame is not None and (frame.f_code.co_filename.startswith(package)
@@ -107,9 +101,8 @@ def _caller_level() -> int:
 
 
 def table_of(value: Any, configs: Callable[[], dict[str, type]]) -> dict[str, Any] | None:
-    """A settings value as a table: None -> {}, a dict -> a copy, an instance of one of ``configs()`` (type name ->
-    config class, e.g. ``DAPOLossConfig(epsilon_high=0.3)`` in a notebook; looked up only for such a value) -> its
-    type and fields; None when it is neither (the caller raises its own line)."""
+    """A settings value as a table: None -> {}, a dict -> a copy, an instance of one of ``configs()`` (name ->
+    config class, e.g. ``DAPOLossConfig(...)`` in a notebook) -> its type and fields; else None."""
     if value is None:
         return {}
     if isinstance(value, dict):
@@ -128,9 +121,8 @@ def as_table(name: str, config: Any) -> dict[str, Any]:
 
 
 def registered(section: str, name: Any, registry: dict[str, str], spec_type: type, default_attr: str) -> Any:
-    """The spec ``name`` names: a registered one (``registry``: name -> "module[:attribute]", ``default_attr`` when
-    omitted), or one outside the package by import path, ``"package.module:ATTRIBUTE"`` (as prime-rl's
-    ``import_path``), which must be a ``spec_type``. Anything else is one line."""
+    """The spec ``name`` names: a registered one (``registry``: name -> "module[:attribute]"), or a ``spec_type``
+    by import path ``"package.module:ATTRIBUTE"`` (as prime-rl's ``import_path``). Anything else is one line."""
     if isinstance(name, str) and name in registry:
         return imported(registry[name], default_attr)
     if not isinstance(name, str) or ":" not in name:
@@ -152,8 +144,7 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
 
 
 def get_loss(name: str) -> LossSpec:
-    """The registered loss ``name`` (``losses.LOSSES``), or a :class:`LossSpec` outside the package by import path
-    (``"my_pkg.losses:LOSS"``); anything else is one line listing the registered ones."""
+    """The registered loss ``name`` (``losses.LOSSES``), or a :class:`LossSpec` by import path."""
     return registered("loss", name, LOSSES, LossSpec, "LOSS")
 
 
@@ -171,14 +162,13 @@ _REGISTRIES = {"loss": LOSSES, "advantage": ADVANTAGES}
 _SPEC_OF = {"loss": get_loss, "advantage": get_advantage}
 
 
-# (id(config), slot) -> (a weak reference to the config, its inputs' repr, the result): beside the config, not on
-# it, so the config still pickles (HF's Trainer saves its args with torch.save) whatever the result holds
+# (id(config), slot) -> (weakref to the config, its inputs' repr, the result): kept beside the config, not on it, so
+# the config still pickles (HF's Trainer torch.saves its args)
 _BUILT: dict[tuple[int, str], tuple[Any, str, Any]] = {}
 
 
 def built_once(c: Any, slot: str, inputs: Any, build: Callable[[], Any]) -> Any:
-    """``build()``'s result for ``c``, kept while ``inputs`` (what it reads) stay equal: a run's loss and estimator
-    are built once, however many places ask, and rebuilt if a notebook changes a setting afterwards."""
+    """``build()``'s result for ``c``, kept while ``inputs`` stay equal (a notebook may change a setting later)."""
     entry = _BUILT.get((id(c), slot))
     if entry is not None and entry[0]() is c and entry[1] == repr(inputs):
         return entry[2]
@@ -221,8 +211,7 @@ def _check(c: Any, section: str) -> Any:
 
 
 def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
-    """``RLConfig.loss`` as a table: None, a table with ``type``, or the config object of a loss ``mode`` trains with
-    (``DAPOLossConfig(epsilon_high=0.3)`` in a notebook)."""
+    """``RLConfig.loss`` (None, a table, or the config object of a loss ``mode`` trains with) as a table."""
     table = table_of(loss, lambda: {n: get_loss(n).config for n in loss_types(mode)})
     if table is not None:
         return table
@@ -232,8 +221,8 @@ def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
 
 
 def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
-    """The chosen loss and its config, built (so checked) from ``c`` (an RLConfig, or anything with its fields):
-    once per run, kept for ``c`` (beside it: ``built_once``) while its loss settings stay the same."""
+    """The chosen loss and its config, built (so checked) from ``c`` once while its loss settings stay the same."""
+
     return _resolve(c, "loss")
 
 

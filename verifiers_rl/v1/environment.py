@@ -1,19 +1,12 @@
 """`V1Environment`: a verifiers v1 env behind the interface the trainer calls on a classic environment.
 
-`RLTrainer(model, env=V1Environment(...))` and `envs.rollouts.generate_states` need, from an environment object:
-`get_dataset()` / `get_eval_dataset(n)` (rows the data order indexes; here one row per task of the taskset, `example_id`
-= the task's position), `sampling_args` (the env's own; none here: a v1 env's sampling lives in its agent config and is
-merged by verifiers), `rollout(row, client, model, sampling_args)` → one scored state, `init_state(...)` (a crashed
-rollout's empty state) and `rubric.score_group(states)` (a no-op: v1 tasks score inside their episode). One `rollout` is
-one v1 episode (`env.slots(task, 1)` → `run_slot`; slots are independent, so a group of n rollouts is verifiers'
-`slots(task, n)`); a multi-agent env's rollout carries one state per seat (`agent_states`, `agents_per_rollout` of
-them), which `generate_states` lays out seat by seat. The run's context limit (`RUN_MAX_SEQ_LEN`, set by
-`generate_states`) becomes each seat's `max_total_tokens` where the env's config sets none; the per-turn `max_tokens`
-comes with the run's sampling, and the local engine's `/v1/models` reports its `max_model_len`.
-
-The first rollout prints one line: the v1 API (with why it was chosen, `api_note`, when vf-rl / vf-eval decided), the
-verifiers version, the env and each seat's harness/runtime.
+The dataset is one row per task (`example_id` = its position); one `rollout` is one v1 episode (`env.slots(task, 1)`
+→ `run_slot`: slots are independent, so n rollouts equal verifiers' `slots(task, n)`), and a multi-agent env's carries
+one state per seat (`agent_states`). The rubric is a no-op (v1 tasks score inside their episode), `sampling_args` are
+empty (v1 sampling lives in the agent config), and the run's context limit becomes each seat's `max_total_tokens`
+where its config sets none. The first rollout prints one line naming the API, verifiers version and seats.
 """
+
 
 from __future__ import annotations
 

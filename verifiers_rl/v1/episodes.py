@@ -1,20 +1,11 @@
 """verifiers v1 episodes → states of ours, and this run's sampling → a v1 `ModelContext`.
 
-A v1 `Trace` holds a message graph whose root→leaf `branches` are the token sequences the engine saw: `token_ids`
-(prompt + completion + environment tokens, exactly as sampled), `sampled_mask` (True on tokens the model sampled) and
-`logprobs` (the sampler's, 0.0 elsewhere). Each trainable branch becomes one trajectory step of ours with `tokens =
-{prompt_ids (before the first sampled token), completion_ids (the rest), completion_mask (the sampled mask over the
-rest), completion_logprobs}`, so `turn_tokens.rollout_tokens` and `batching.build_samples` treat it like any rollout:
-one branch → one sample whose loss mask is the sampled mask; several branches that are not one another's prefix
-(compaction, subagents) → one sample each. The reward is `trace.reward` (Σ score·weight), the metrics are the trace's
-metrics and each reward's score; a failed episode or trace keeps its place with `error` set (no loss; counted in the
-step's error metrics), as does an episode whose trace is not trainable. A trace the env dropped (verifiers 0.4.1's
-`Trace.drop()`) keeps its place with `dropped` set: no loss, and out of the reward means and its group's advantage
-baseline (`rewards.is_dropped`). Branch arrays may be lists (0.4.0) or numpy arrays (0.4.1). A multi-agent env (several
-`AgentConfig` seats, e.g. two players) gives one state per seat, each with its own trace's reward: `generate_states`
-lays them out seat by seat, so each advantage group is one task x one seat. A seat that played several traces in one
-episode gives one state: each trace's tokens a sample of their own, all with the episode's advantage, whose reward is
-the mean of the traces' rewards (`merged_state`).
+A v1 `Trace`'s root→leaf `branches` are the token sequences the engine saw (`token_ids`, `sampled_mask`, the
+sampler's `logprobs`). Each trainable branch becomes one trajectory step of ours (prompt = the tokens before the
+first sampled one, loss mask = the sampled mask), so the batching treats it like any rollout; branches that are not
+one another's prefix (compaction, subagents) train as one sample each. A failed episode or trace keeps its place
+with `error` set (no loss), a dropped one with `dropped` (`rewards.is_dropped`). Seats and multi-agent envs:
+docs/environments.md.
 """
 
 from __future__ import annotations
@@ -41,9 +32,8 @@ def sampling_config(sampling_args: dict | None) -> Any:
 
 def model_context(base_url: str, model: str, renderer_model_name: str, sampling_args: dict | None,
                   api_key_var: str = "VF_RL_LOCAL_KEY", renderer_config: dict | None = None) -> Any:
-    """What `env.run_slot` needs: the model name the engine serves, a `TrainClientConfig` (tokens and logprobs
-    come back only through the train client; `renderer_config`: its `renderer`, e.g. a tool-capable one) and the
-    sampling."""
+    """What `env.run_slot` needs: the served model name, a `TrainClientConfig` (only the train client returns
+    tokens and logprobs) and the sampling."""
     vf = require_v1()
     extra = {"renderer": renderer_config} if renderer_config else {}
     client = vf.TrainClientConfig(base_url=base_url, api_key_var=api_key_var,
@@ -95,10 +85,8 @@ def _messages(messages: Any) -> list[dict]:
 
 
 def episode_states(episode: Any, row: dict, seats: list[str]) -> list[dict]:
-    """One state of ours per seat of the env's config, in `seats` order (see the module docstring): a
-    single-agent env's one seat gets the episode's trainable trace; a multi-agent env's seat the trace its agent
-    stamped. A seat with no trace (the episode failed before it played) keeps its place with `error` set; a trace
-    the env marked not trainable keeps its place with no loss tokens."""
+    """One state of ours per seat, in `seats` order (each advantage group is then one task x one seat); a seat
+    with no trace keeps its place with `error` set."""
     if len(seats) <= 1:
         traces = trainable_traces(episode)
         if len(traces) > 1:  # the seat played several times in one episode (e.g. a retry loop)
@@ -109,9 +97,9 @@ def episode_states(episode: Any, row: dict, seats: list[str]) -> list[dict]:
 
 
 def merged_state(episode: Any, traces: list[Any], row: dict) -> dict:
-    """One state for a seat that played several traces in one episode: every trace's sampled tokens train (one
-    sample per trace), all with the episode's advantage, whose reward is the mean of the traces' rewards (the
-    rollout is the episode: its group is the task's episodes, as for any other rollout)."""
+    """One state for a seat that played several traces in one episode: one sample per trace, all with the
+    episode's advantage, its reward the mean of the traces'."""
+
     states = [trace_state(episode, t, row) for t in traces]
     out = dict(states[0])
     out["trajectory"] = [step for s in states for step in s["trajectory"]]

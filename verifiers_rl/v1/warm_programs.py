@@ -1,18 +1,13 @@
 """Harness programs started warm: verifiers' subprocess runtime runs each episode's harness program (a PEP 723
-script: verifiers' `null` harness's chat program, for one) as a fresh Python that imports openai, httpx and anyio
-again; here the program runs in a child forked from a server that imported them once (`warm_server.py`, run by the
-script's own interpreter), so an episode costs a fork instead of an interpreter start and its imports.
+script) as a fresh Python; here it runs in a child forked from a server that imported its modules once
+(`warm_server.py`, run by the script's own interpreter), so an episode costs a fork instead of an interpreter start.
 
-`enable()` wraps `SubprocessRuntime.run_program` of verifiers' v1 for this process (the trainer's; verifiers' runtime
-config is a closed union of types, so this is a setting of ours, `[env] args.warm_programs`, on by default for the
-subprocess runtime); the episodes of an environment that asks for it run inside `in_episode(True, ...)`, everything
-else (another environment, verifiers' own driver) as verifiers runs it. Only the uv-script form verifiers'
-`prepare_uv_script` returns is run warm; any other program, or a fork server that cannot start, runs as verifiers
-would run it. The program sees the environment, working directory and arguments it would have had (the same activation
-variables as verifiers' `sh -c` wrapper), runs in its own session (cancelling an episode kills its process group, as
-verifiers' runtime does), and its exit code, stdout and stderr come back as a `ProgramResult`. The servers stop at
-`disable()`, at exit, and with their parent (PR_SET_PDEATHSIG).
+`enable()` wraps verifiers' `SubprocessRuntime.run_program` in this process (verifiers' runtime config is a closed
+union, so the switch is ours: `[env] args.warm_programs`); only episodes run inside `in_episode(True, ...)` and only
+the uv-script form of `prepare_uv_script` run warm, anything else as verifiers runs it. The program sees the
+environment, cwd and arguments it would have had, in its own session (cancelling kills its process group).
 """
+
 
 from __future__ import annotations
 

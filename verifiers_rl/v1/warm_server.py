@@ -3,12 +3,9 @@ interpreter: `python warm_server.py SOCKET SCRIPT`. It imports the script's top-
 child per request that runs the script as `__main__` with the request's argv, environment and working directory,
 in its own session (so the caller can kill its process group), its stdout and stderr captured.
 
-Why: verifiers' `null` harness starts its chat program, a fresh Python that imports openai, httpx and anyio, for
-every episode (about 1-2 s of imports here); a forked child starts with them imported. What a run does at first
-use the server then does before its next fork (`learn`): the modules it imported lazily, the pydantic models it
-built lazily, the CA bundles it loaded through `ssl.create_default_context`, the calls of memoised (lru_cache)
-functions of a type it made. The caller's side is
-`v1/warm_programs.py`. Standard library only: this file runs in the script's environment, not in ours.
+Why: verifiers' `null` harness starts a fresh Python (importing openai, httpx, anyio) for every episode; a forked
+child starts with them imported, and what a run did lazily the server does before its next fork (`learn`). The
+caller's side is `v1/warm_programs.py`. Standard library only: this file runs in the script's environment.
 
 Protocol, one connection per run: request `{"args": [...], "env": {...}, "cwd": "..."}` + newline; replies
 `{"pid": N}` + newline once the child runs, then `{"exit": code, "stdout": "...", "stderr": "..."}` + newline.
@@ -53,11 +50,9 @@ def preload(script: str) -> list[str]:
 
 
 def learn(path: str, offset: int = 0) -> int:
-    """Do before the next fork what earlier runs did lazily (listed in `path` by `run_child`, read from `offset`),
-    so the next children start with it done: import the modules they imported at first use (an HTTP client's
-    transport, an SDK's resources), build the pydantic models they built at first use (SDKs defer them: openai's
-    response types cost about 35 ms a run here), premake their CA-bundle SSL contexts. Returns the offset read to
-    (whole lines only: a child may be writing the next one)."""
+    """Do before the next fork what earlier runs did lazily (listed in `path` by `run_child`, read from `offset`):
+    import modules, build pydantic models (SDKs defer them), premake CA-bundle SSL contexts, replay memoised calls.
+    Returns the offset read to (whole lines only: a child may be writing the next one)."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -102,16 +97,16 @@ _ssl_missed: list = []  # the pool keys a run asked for and did not find (learne
 
 
 def _premake_ssl(key: tuple) -> None:
-    """Load a CA bundle once (an HTTP client loads it for every client it makes: about 45 ms a run here)."""
+    """Load a CA bundle once (an HTTP client loads it for every client it makes)."""
     if key not in _SSL_POOL:
         with contextlib.suppress(Exception):  # the child makes it (and reports it) as it would have
             _SSL_POOL[key] = _ORIGINAL_SSL_CONTEXT(cafile=key[0], capath=key[1])
 
 
 def _create_default_context(purpose=ssl.Purpose.SERVER_AUTH, *, cafile=None, capath=None, cadata=None):
-    """`ssl.create_default_context`, handing out a context the server made with the same arguments (once each per
-    run: what the call would return, made earlier). Only for a CA file or directory named by the caller: the
-    defaults depend on the environment (SSL_CERT_FILE) the server and the run do not share."""
+    """`ssl.create_default_context`, handing out (once per run) a context the server premade with the same
+    arguments. Only for a named CA file or directory: the defaults read an environment (SSL_CERT_FILE) the server
+    and the run do not share."""
     if purpose == ssl.Purpose.SERVER_AUTH and cadata is None and (cafile or capath):
         made = _SSL_POOL.pop((cafile, capath), None)
         if made is not None:
@@ -147,12 +142,9 @@ def learned_lines(modules_before: set, unbuilt_before: set) -> list[str]:
 
 
 # --- memoised functions: what a run's `functools.lru_cache` functions computed, the server computes too -------------
-# An SDK memoises per process what it derives from its types (openai: the type hints of its request TypedDicts, the
-# pydantic TypeAdapters of its response fields: about a third of a chat program's own time here), so each child
-# paid it again. The server wraps each module-level lru_cache function of the packages it loaded (`_Memo`); in a
-# child the wrapper records the calls that missed the cache with a type among their arguments (what is derived from
-# a type does not depend on the run's environment, which the server does not share), and the server makes the same
-# calls before its next fork. Arguments that do not pickle (or pickle large) are left to the child.
+# An SDK memoises per process what it derives from its types (openai's TypeAdapters), which each child would pay
+# again. In a child, `_Memo` records the cache misses with a type among their arguments (independent of the run's
+# environment) and the server replays them before its next fork, unless their arguments do not pickle (small).
 
 _MEMOS: dict = {}  # "module:name" → the original lru_cache function
 _memo_missed: list = []  # (key, args, kwargs) of the calls a child's run missed
@@ -242,9 +234,9 @@ def _exit_code(e: SystemExit) -> int:
 
 
 def run_child(conn: socket.socket, script: str, code_obj: object, learned: str, unbuilt: set) -> None:
-    """In the forked child: run the script for the request on `conn`, reply, exit. What the run did lazily (the
-    modules it imported, which of the server's `unbuilt` pydantic models it built, the CA bundles it loaded:
-    `learned_lines`) is appended to `learned`, for the server to do before its next fork."""
+    """In the forked child: run the script for the request on `conn`, reply, exit. What the run did lazily
+    (`learned_lines`) is appended to `learned`, for the server to do before its next fork."""
+
     global _recording
     code = 1
     before = set(sys.modules)

@@ -2,11 +2,9 @@
 
 What stands here for the trainer state TRL's loss reads:
 
-- ``old_per_token_logps``: the sampler's log-probs (``sampling_logprobs``), so the ratio also corrects the
-  trainer/sampler mismatch (TRL without vLLM: the policy's own, detached, ratio 1 on the first iteration); with a
-  sampler correction, the trainer's own log-probs, detached (what TRL with vLLM recomputes before the update, with
-  one update per generation batch), and ``importance_sampling_ratio`` is built from
-  ``sampling_logprobs`` (TRL's ``sampling_per_token_logps``);
+- ``old_per_token_logps``: the sampler's log-probs, so the ratio also corrects the trainer/sampler mismatch; with
+  a sampler correction, the trainer's own, detached (as TRL with vLLM, one update per generation batch), and
+  ``importance_sampling_ratio`` comes from ``sampling_logprobs`` (TRL's ``sampling_per_token_logps``);
 - TRL normalises each micro-batch and divides by ``gradient_accumulation_steps``; here each loss divides by the
   step's totals over all micro-batches and ranks: ``total_sequences`` (grpo, sapo: the mean over sequences of
   each sequence's token mean; luspo: of each sequence's token sum), ``total_sequences * max_completion_length``
@@ -37,9 +35,9 @@ class Ratios(NamedTuple):
 
 
 def _ratios(inputs: LossInputs, level: str, config: TRLLossConfig) -> Ratios:
-    """The ratios of a TRL loss. Without a sampler correction the sampler's log-probs are the old policy; with one,
-    the trainer's own (detached) are, as TRL's ``old_per_token_logps`` with one update per batch, and the
-    trainer/sampler ratio becomes a truncated or masked weight (TRL's ``importance_sampling_ratio``)."""
+    """The ratios of a TRL loss (the old policy: module docstring); a sampler correction's ratio becomes a truncated
+    or masked weight."""
+
     mask = inputs.loss_mask.bool()
     lp = inputs.trainer_logprobs.float()
     mismatch = log_importance_ratio(lp.detach(), inputs.sampling_logprobs.detach().float(), mask)
