@@ -1,8 +1,7 @@
-"""Offline tiny model: a byte-level tokenizer with a Qwen-style chat template and a random-init Qwen3.
-
-No hub access is needed: the tokenizer is built with `tokenizers`, the model from a config. The result is a
-normal HF model directory (loads with AutoTokenizer / AutoModelForCausalLM, and in vLLM).
+"""Offline tiny model: a byte-level tokenizer with a Qwen-style chat template and a random-init Qwen3, written as a
+normal HF model directory (AutoModelForCausalLM, vLLM) without hub access.
 """
+
 
 from __future__ import annotations
 

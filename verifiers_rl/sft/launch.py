@@ -1,11 +1,8 @@
-"""vf-sft with several training processes: torchrun started as vf-rl starts it (plan/launch.torchrun_command).
-
-`[trainer] gpus` (one process per GPU) on a machine with GPUs, `[trainer] processes` on one without (DDP over gloo),
-the knobs vf-rl's `[trainer]` has. The parent checks the config and the data first, every row tokenized as the
-ranks will (a mistake is one line before anything starts), then runs `torchrun ... -m verifiers_rl.cli.sft <the same
-arguments>`; each rank runs TRL's SFTTrainer, which takes its DDP set-up from torchrun's variables. `batch_size`
-stays the rows of one step: each rank takes `batch_size / processes` of them.
+"""vf-sft with several training processes: torchrun started as vf-rl starts it (plan/launch.torchrun_command); the
+knobs and their rules: docs/training.md, "Several processes". Each rank runs TRL's SFTTrainer, which takes its DDP
+set-up from torchrun's variables.
 """
+
 
 from __future__ import annotations
 

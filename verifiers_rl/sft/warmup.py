@@ -1,10 +1,9 @@
 """SFT warm-up: teach the answer format on an environment's own data before RL (TRL's SFTTrainer).
 
-Each training row is the environment's prompt messages plus one assistant message built from the
-row's answer with `completion_format` (e.g. "<reversed_text>\\n{answer}\\n</reversed_text>"); the loss
-covers the completion only. A finished warm-up writes `warmup.json` with its settings, and the next
-run with the same settings reuses it instead of training again.
+Each row is the environment's prompt plus one assistant message, the answer in `completion_format`; the loss covers
+the completion only. A finished warm-up writes `warmup.json`, and a run with the same settings reuses it.
 """
+
 
 from __future__ import annotations
 

@@ -17,18 +17,14 @@ STD_EPS = 1e-4
 
 
 def compute_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: str = "none") -> torch.Tensor:
-    """Advantage of each rollout: its reward minus the mean reward of its group.
-
-    ``rewards`` is 1-D ``[num_rollouts]``, laid out as contiguous groups of ``group_size`` rollouts of the
-    same prompt (rollouts ``0..G-1`` are group 0, ``G..2G-1`` group 1, ...).
+    """Advantage of each rollout: its reward minus the mean reward of its group (``rewards`` 1-D, contiguous groups
+    of ``group_size`` rollouts of one prompt).
 
     ``scale_rewards``:
       - ``"none"`` (verifiers, prime-rl): ``A = r - mean_group``.
       - ``"group"`` (TRL): ``A = (r - mean_group) / (std_group + 1e-4)``.
       - ``"batch"`` (TRL): ``A = (r - mean_group) / (std_batch + 1e-4)``, std over all rewards.
     Stds are unbiased (Bessel-corrected), as ``torch.std`` and TRL compute them.
-
-    Returns a float tensor of the same shape as ``rewards``.
     """
     if not isinstance(rewards, torch.Tensor):
         raise ValueError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
@@ -75,8 +71,7 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, config: RLOOAdvantag
     if isinstance(group_size, int) and not isinstance(group_size, bool) and group_size < 2:
         raise ValueError(f"advantage.type='rloo' needs group_size >= 2 (got {group_size}): the leave-one-out "
                          "baseline of a rollout is the mean of the others in its group")
-    # compute_advantages checks the shape and values and gives r - mean(r); leave-one-out rescales it
-    return compute_advantages(rewards, group_size, "none") * (group_size / (group_size - 1))
+    return compute_advantages(rewards, group_size, "none") * (group_size / (group_size - 1))  # leave-one-out
 
 
 def max_rl_advantages(rewards: torch.Tensor, group_size: int, config: MaxRLAdvantageConfig) -> torch.Tensor:
@@ -88,11 +83,10 @@ def max_rl_advantages(rewards: torch.Tensor, group_size: int, config: MaxRLAdvan
 
 def advantages_for(rewards: torch.Tensor, group_size: int, estimator: tuple[Any, Any],
                    kept: list[bool] | None = None, lengths: RolloutLengths | None = None) -> torch.Tensor:
-    """The advantages of a step's ``rewards`` (contiguous groups of ``group_size``) under ``estimator``: the run's
-    ``(AdvantageSpec, config)``, as ``typed_table.resolve_advantage`` built it once.
-    ``kept`` False marks a rollout its environment dropped: it gets advantage 0 and is left out of its group's
-    baseline (the estimator runs on the group's kept rollouts; fewer than it needs: all 0). ``lengths``: each
-    rollout's (``rollout_lengths(states)``), for an estimator that uses them (grpo's length penalty)."""
+    """The advantages of a step's ``rewards`` under ``estimator``, the run's ``(AdvantageSpec, config)``. A rollout
+    with ``kept`` False (dropped by its env) gets 0 and is left out of its group's baseline (too few kept: all 0);
+    ``lengths`` feed grpo's length penalty."""
+
     spec, config = estimator
 
     def run(r: torch.Tensor, g: int, idx: torch.Tensor | None = None) -> torch.Tensor:

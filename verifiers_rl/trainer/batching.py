@@ -67,9 +67,9 @@ def drop_reason(state: dict[str, Any], max_prompt_len: int | None = None, mask_t
 def build_samples(states: list[dict[str, Any]], advantages: list[float], *, max_seq_len: int,
                   mask_env_responses: bool = True, mask_truncated_completions: bool = False,
                   max_prompt_len: int | None = None) -> list[Sample]:
-    """One `Sample` per rollout (or per turn when turns can't be stitched). Errored rollouts, rollouts whose
-    prompt is longer than `max_prompt_len`, and with `mask_truncated_completions` truncated ones keep their
+    """One `Sample` per rollout (or per turn when turns can't be stitched); those with a `drop_reason` keep their
     place but carry no loss."""
+
     samples: list[Sample] = []
     for i, (state, adv) in enumerate(zip(states, advantages)):
         tokens = state.get("tokens")

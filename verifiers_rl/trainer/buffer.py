@@ -1,11 +1,5 @@
-"""Difficulty buffer: keep training on groups that carry signal.
-
-- `online_difficulty_filtering`: a group whose rewards are all equal has zero advantage everywhere; it is
-  dropped and the batch is refilled from groups generated ahead (`oversampling_factor` × what is needed).
-- `easy_threshold` / `hard_threshold`: an example whose group mean reward is ≥ easy (≤ hard) leaves the
-  rotation for the easy (hard) pool; `easy_fraction` / `hard_fraction` of each step's examples are drawn back
-  from those pools.
-Its state (stream cursor, pools, counters) is saved in checkpoints and restored on resume.
+"""Difficulty buffer: keep training on groups that carry signal (constant groups dropped and refilled; too easy or
+too hard examples moved to pools drawn back from by fraction: the settings' help). Its state is checkpointed.
 """
 
 from __future__ import annotations
@@ -21,8 +15,8 @@ from verifiers_rl.trainer.data_order import DataOrder
 
 @dataclass
 class BufferConfig:
-    """The difficulty buffer's settings. These fields, their defaults and help are defined here once: ``RLConfig``
-    takes them from here (``RLConfig.buffer_config()`` builds this object from a run's values)."""
+    """The difficulty buffer's settings, defined here once; ``RLConfig`` takes its fields from here."""
+
 
     online_difficulty_filtering: bool = field(
         default=False, metadata={"help": "Drop groups whose rewards are all equal (no signal) and refill the batch."})

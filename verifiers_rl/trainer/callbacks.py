@@ -20,9 +20,8 @@ def is_train_summary(record: dict[str, Any]) -> bool:
 
 
 def rewind(path: Path, step: int) -> None:
-    """Keep what a run resumed at `step` continues: drop the records of later steps (the earlier run wrote them after
-    this checkpoint; the resumed run writes them again), train() summaries, and a line a killed run left half
-    written (the next record would be appended to it)."""
+    """Drop the records a run resumed at `step` writes again (later steps), train() summaries, and a line a killed
+    run left half written."""
     if not path.exists():
         return
     lines = path.read_text().splitlines()
@@ -55,7 +54,6 @@ class MetricsFileCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # train()'s summary carries the last step's number: written, it would read as a second record of that step
-        # (and a resumed finished run would add one each time). train()'s return value and on_log still have it.
         if not state.is_world_process_zero or not logs or is_train_summary(logs):
             return
         path = Path(args.output_dir) / "metrics.jsonl"
@@ -163,8 +161,8 @@ class RLControlCallback(TrainerCallback):
             quiet_bars_end(self._bars)  # the run ends here: on_train_end won't come
             self._bars = None
             raise
-        # HF logs every logging_steps only: the steps after the last logged one would stay in pending_metrics
-        # (never written) when the run ends between two logging steps.
+        # HF logs every logging_steps only: the last steps' pending_metrics would never be written
+
         if control.should_training_stop or state.global_step >= state.max_steps:
             control.should_log = True
         if args.eval_steps and state.global_step % int(args.eval_steps) == 0:
@@ -180,8 +178,7 @@ class RLControlCallback(TrainerCallback):
         if state.is_world_process_zero and (Path(args.output_dir) / "metrics.jsonl").exists():
             import threading
 
-            # Drawn in the background so train() returns without paying matplotlib (≈1 s); trainer.close()
-            # and interpreter exit (a non-daemon thread) wait for it.
+            # drawn in the background so train() does not wait for matplotlib; close() and exit wait for it
             thread = threading.Thread(target=_plot, args=(args.output_dir,), name="vf-plot")
             thread.start()
             self.trainer.plot_thread = thread

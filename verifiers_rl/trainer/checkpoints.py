@@ -1,11 +1,10 @@
 """Checkpoints: which one a resume means, which ones rotation keeps, and the trainer side of saving them.
 
 A checkpoint is complete when HF's `trainer_state.json` is in it (ours are staged under `.staging/` and renamed into
-place whole, but a directory copied by hand or left by another tool may not be). `resume_from_checkpoint` follows
-transformers (True: the newest complete checkpoint in output_dir; a path) and also takes a step number (prime-rl's
-`resume_step`; -1 or "latest" as True). LoRA runs can also write the adapters merged into the base weights
-(`checkpoint-N/merged/`): a plain model dir that vLLM serves and `from_pretrained` loads.
+place whole; one copied by hand may not be). `resume_from_checkpoint` follows transformers and also takes a step
+number (prime-rl's `resume_step`).
 """
+
 
 from __future__ import annotations
 

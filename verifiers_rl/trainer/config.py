@@ -44,8 +44,8 @@ class RLConfig(RLFields, TrainingArguments):
             self.bf16 = resolve_bf16(self)  # None → bf16 on a CUDA GPU that has it, fp32 on the CPU
         except ValueError as e:
             raise SettingError("bf16", str(e)) from None
-        # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns on the old name;
-        # resolve it here so our (documented) field doesn't trigger a FutureWarning on every construction.
+        # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns on the old name
+
         if hasattr(self, "activation_checkpointing") and getattr(self, "activation_checkpointing") is None:
             self.activation_checkpointing = bool(self.gradient_checkpointing)
         if hasattr(self, "save_safetensors"):  # older transformers only; 5.x always writes safetensors

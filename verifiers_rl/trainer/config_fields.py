@@ -21,8 +21,8 @@ DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_pro
 DEFAULT_MAX_PROMPT_LEN = 512  # when neither max_prompt_len nor max_tokens is set (and max_seq_len allows it)
 # LoRA options: changing one from its default while use_lora=False is a mistake worth a clear error.
 _LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
-# TRL's GRPOConfig names with no field of that name here → what sets it (RLConfig and vf-rl's [trainer.args] say so
-# in one line, instead of a bare "unexpected keyword argument")
+# TRL's GRPOConfig names with no field here → what sets it (one line instead of "unexpected keyword argument")
+
 TRL_NAMES = {
     "num_generations": "rollouts_per_example", "max_completion_length": "max_tokens",
     "max_prompt_length": "max_prompt_len", "generation_batch_size": "batch_size (rollouts per optimizer step)",

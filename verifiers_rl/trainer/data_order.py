@@ -1,10 +1,8 @@
-"""Which examples each step trains on.
-
-`DataOrder` is an endless stream of example indices: each environment's rows in a seeded shuffle per
-epoch, and with several environments (an `EnvGroup` with ratios) slots handed out by smooth weighted
-round-robin, so any window of the stream holds each environment in proportion (± one group).
-Position p of the stream depends only on the seed, so a resumed run replays a straight run's data.
+"""Which examples each step trains on: `DataOrder`, an endless stream of example indices, each environment's rows in
+a seeded shuffle per epoch; several environments (an `EnvGroup` with ratios) share it by smooth weighted round-robin.
+Position p depends only on the seed, so a resumed run replays a straight run's data.
 """
+
 
 from __future__ import annotations
 

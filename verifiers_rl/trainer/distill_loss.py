@@ -1,12 +1,5 @@
-"""Distillation losses beside the RL loss: pure functions, tensors in, tensors out (dataclass in, dataclass out).
-
-- :func:`opd_loss` (``training_mode="opd"``): on-policy distillation. The policy sampled the tokens; a teacher
-  scored the same sequences. Each sampled token's reward is ``teacher_lp - policy_lp`` (minus the per-token reverse
-  KL), trained with the RL loss's importance-ratio-masked policy gradient, so its gradient lowers
-  KL(policy || teacher) on the policy's own samples.
-- :func:`sft_loss` (``training_mode="sft"``): cross-entropy (NLL) on the teacher's rollout tokens.
-
-Both return ``LossOutputs`` whose metrics aggregate per token like the RL loss's (``trainer/metrics.py``).
+"""Distillation losses beside the RL loss: :func:`opd_loss` (on-policy distillation) and :func:`sft_loss`
+(cross-entropy on the teacher's rollout tokens). Both return ``LossOutputs`` that aggregate like the RL loss's.
 """
 
 from __future__ import annotations
@@ -21,11 +14,8 @@ from verifiers_rl.trainer.loss import (LossConfig, LossInputs, LossOutputs, chec
 
 @dataclass
 class DistillInputs:
-    """One micro-batch, ``[B, T]`` tensors aligned to token positions (as ``LossInputs``).
-
-    ``teacher_logprobs``: the teacher's log-prob of each token given the tokens before it (opd; unused by sft).
-    ``loss_mask``: the tokens that train: the policy's sampled tokens (opd) or the teacher's reply tokens (sft).
-    """
+    """One micro-batch, ``[B, T]`` tensors as ``LossInputs``; ``teacher_logprobs`` for opd only. ``loss_mask``: the
+    policy's sampled tokens (opd) or the teacher's reply tokens (sft)."""
 
     trainer_logprobs: torch.Tensor
     loss_mask: torch.Tensor
@@ -58,13 +48,9 @@ def finish_teacher_kl(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def opd_loss(inputs: DistillInputs, config: LossConfig) -> LossOutputs:
-    """On-policy distillation loss of one micro-batch.
-
-    Per loss token: ``kl = policy_lp - teacher_lp`` (a sample of KL(policy || teacher): the token came from the
-    policy), advantage ``A = -kl`` (detached), and the RL loss ``-r * A`` with the importance ratio ``r`` of
-    trainer over sampler, masked outside ``[mask_ratio_low, mask_ratio_high]`` as in RL. Metrics: the RL loss's
-    (importance ratio, mismatch KL, masked fraction) plus ``teacher_kl/mean|sq_mean|max`` of the live policy.
-    """
+    """On-policy distillation loss of one micro-batch: per loss token ``kl = policy_lp - teacher_lp`` (a sample of
+    KL(policy || teacher)), advantage ``A = -kl`` (detached), and the RL loss ``-r * A``, ratio-masked as in RL, so
+    its gradient lowers KL(policy || teacher) on the policy's own samples. Adds ``teacher_kl/*`` metrics."""
     if inputs.teacher_logprobs is None or inputs.sampling_logprobs is None:
         raise ValueError("opd_loss needs teacher_logprobs and sampling_logprobs")
     mask = inputs.loss_mask.bool()
@@ -80,8 +66,8 @@ def opd_loss(inputs: DistillInputs, config: LossConfig) -> LossOutputs:
 
 
 def sft_loss(inputs: DistillInputs, config: LossConfig | None = None) -> LossOutputs:
-    """Cross-entropy on the loss tokens: ``sum(-trainer_lp over loss tokens) / total_loss_tokens``, so the
-    micro-batch losses of a step sum to the step's per-token mean NLL. Metric ``sft/nll/mean``."""
+    """Cross-entropy over the step's loss tokens (micro-batch losses sum to the step's per-token mean NLL)."""
+
     mask = inputs.loss_mask.bool()
     trainer_lp = inputs.trainer_logprobs.float()
     nll = torch.where(mask, -trainer_lp, torch.zeros_like(trainer_lp))

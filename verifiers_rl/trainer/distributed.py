@@ -83,8 +83,8 @@ def pad_micro_batches(micro: list[list[Any]], target: int, filler: Any) -> list[
 
 
 def merge_metrics(per_rank: list[dict[str, float]], weight_key: str = "loss_tokens") -> dict[str, float]:
-    """One step's token-weighted loss metrics from each rank's: means weighted by each rank's loss tokens,
-    `*/min` / `*/max` over the ranks that had tokens, the tokens summed."""
+    """One step's loss metrics from each rank's, merged as over micro-batches (trainer/metrics.py)."""
+
     from verifiers_rl.trainer.metrics import extreme, with_std
 
     if len(per_rank) == 1:

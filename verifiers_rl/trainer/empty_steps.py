@@ -1,7 +1,7 @@
-"""Steps that train nothing: every rollout dropped or errored, or no loss token left. Each one is a console warning
-naming the cause and the setting to change; STALL_STEPS of them in a row end the run (a notebook run silently
-printing `loss 0` for hundreds of steps is what this prevents), except steps sft_min_reward filtered out. A reward
-function that fails (its rollouts score 0 for it) is a warning too, once per function."""
+"""Steps that train nothing (every rollout dropped or errored, or no loss token left): a console warning each,
+naming the cause and the setting to change; STALL_STEPS in a row end the run rather than print `loss 0` for
+hundreds of steps. A failing reward function is warned of once."""
+
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Training-time eval scores by prime-rl's names: `avg@k` (the mean reward over every rollout of an eval with
-k = rollouts_per_example) and `pass@1`, `pass@2`, ... `pass@k` (powers of two up to k: the unbiased estimator of
-Chen et al. 2021, "Evaluating Large Language Models Trained on Code", averaged over examples).
+"""Training-time eval scores by prime-rl's names: `avg@k` (k = rollouts_per_example) and `pass@1`, `pass@2`, ...
+`pass@k` (powers of two; Chen et al. 2021's unbiased estimator). A rollout passes when its reward is >= the env's
+`pass_threshold` (verifiers', 0.5 by default, as vf-eval); prime-rl's reward == 1.0 agrees on 0/1 rewards."""
 
-A rollout passes when its reward is >= the environment's `pass_threshold` (verifiers' Environment argument, 0.5
-by default; vf-eval's results use the same rule). prime-rl counts a reward of exactly 1.0 and skips pass@k for
-non-binary rewards; for 0/1 rewards both rules agree."""
 
 from __future__ import annotations
 

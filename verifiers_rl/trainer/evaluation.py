@@ -34,11 +34,10 @@ def eval_states(trainer: Any, env: Any, num_examples: int, rollouts_per_example:
 
 def run_eval(trainer: Any, evals: list[tuple[str, Any, int, int]] | None = None,
              sampling_args: dict[str, Any] | None = None, prefix: str | None = None) -> dict[str, float]:
-    """Evaluate the current policy on each eval env's eval split and log `<prefix>/<env>/...` (with `avg@k` and
-    `pass@k`: trainer/eval_metrics.py) and `time/<prefix>`: `evals` as (name, env, num_examples,
-    rollouts_per_example) — default: `eval_envs` with the RLConfig's eval sizes. `prefix`: "val" for the periodic
-    validation (eval_steps, a hosted config's [val]; the default when `evals` is None), "eval" for vf-rl's [eval]
-    environments (the default when `evals` is given), so the two cadences never share a series."""
+    """Evaluate the current policy on each of `evals` ((name, env, num_examples, rollouts_per_example); default the
+    eval envs) and log `<prefix>/<env>/...`. `prefix` defaults to "val" (periodic validation) without `evals`, else
+    "eval" (vf-rl's [eval]), so the two cadences never share a series."""
+
     from verifiers_rl.evaluation import summarize
     from verifiers_rl.trainer.eval_metrics import eval_scores, pass_threshold
 

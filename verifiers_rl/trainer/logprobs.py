@@ -173,9 +173,9 @@ def _output_head(model: torch.nn.Module) -> Callable | None:
 
 
 def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None, bool] | None:
-    """(hidden size, mask dtype, dense mask) when the model takes packed rows: a custom 4D attention mask as-is
-    (sdpa: bool, eager: additive float) and every layer attends fully; None otherwise (flash/flex attention,
-    sliding windows). Dense mask False: sdpa attends by segments instead (`_by_segments`)."""
+    """(hidden size, mask dtype, dense mask) when the model takes packed rows (sdpa or eager, every layer attending
+    fully), else None. Dense mask False: sdpa attends by segments instead (`_by_segments`)."""
+
     inner, config, text = _unwrapped(model)
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
     hidden = getattr(text, "hidden_size", None)

@@ -1,10 +1,7 @@
-"""Per-micro-batch metrics → one optimizer step's metrics, by name.
-
-Each micro-batch reports a dict of named values over its loss tokens plus its token count. The step's value of a
-name is then:
-- ``.../min``, ``.../max``: the min / max over the micro-batches that had loss tokens;
-- anything else: the mean weighted by each micro-batch's token count (a per-token mean over the whole step).
+"""Per-micro-batch metrics → one optimizer step's metrics, by name: ``.../min`` and ``.../max`` over the
+micro-batches with loss tokens, anything else a token-weighted mean (a per-token mean over the whole step).
 """
+
 
 from __future__ import annotations
 

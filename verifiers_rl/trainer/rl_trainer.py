@@ -1,13 +1,8 @@
 """RLTrainer: a thin `transformers.Trainer` subclass that turns rollouts into policy updates.
 
-One `training_step` = one optimizer step on exactly `batch_size` rollouts: fetch the step's batch
-from the orchestrator, compute group advantages, split into micro-batches, and backpropagate the
-token-level loss normalized over the whole step. HF Trainer keeps doing what it does well:
-optimizer, scheduler, grad clipping, checkpoints, resume, `report_to`.
-
-Its rooms: setup.py (construction), step.py (the step, the weight sync after it), evaluation.py (eval),
-checkpoints.py (staged saves, rl_state.json, resume), hf_hooks.py (every private transformers / accelerate hook it
-overrides). Callbacks use only the public names below.
+One `training_step` = one optimizer step on exactly `batch_size` rollouts; HF Trainer keeps the optimizer,
+scheduler, grad clipping, checkpoints, resume and `report_to`. Its rooms: setup.py (construction), step.py (the
+step, the weight sync after it), evaluation.py, checkpoints.py, hf_hooks.py (every private HF hook it overrides).
 """
 
 from __future__ import annotations
@@ -81,9 +76,8 @@ class RLTrainer(TrainerHooks, Trainer):
         self.steps.after_optimizer_step()
 
     def sync_inference(self, version: int) -> None:
-        """Serve the policy's weights as `version`: rank 0 syncs (the gathered copy under FSDP), and every rank waits
-        for it, so no rank generates for `version` with the previous weights. Also run on resume, before the first
-        batch (HF loads a checkpoint's weights after inference was first synced)."""
+        """Serve the policy's weights as `version`; every rank waits for rank 0's sync. Also run on resume (HF loads
+        a checkpoint's weights after inference was first synced)."""
         if self.sharded is not None:
             self.sharded.refresh(self.model)  # every rank: gathers the shards
         self.inference.sync(self.served_model(), version)
@@ -150,8 +144,8 @@ class RLTrainer(TrainerHooks, Trainer):
             self.orchestrator.close()
 
     def close(self) -> None:
-        """Stop what this trainer started: the orchestrator's thread and, with the vLLM backend, the server it
-        launched (servers given by URL are left running). Also done at interpreter exit and on SIGTERM."""
+        """Stop what this trainer started (orchestrator thread, a vLLM server it launched); also at exit and SIGTERM."""
+
         self.wait_for_plot()
         self.orchestrator.close()
         self.mode.close()

@@ -1,9 +1,7 @@
-"""An RLConfig's run name, output dir and W&B table.
-
-Building an RLConfig only derives values from its own fields (`resolve_run_settings`: run name, output dir,
-report_to); what touches the process, W&B's environment variables, happens when training starts
-(`export_wandb_env`, called by RLTrainer.train), so a config can be built, checked or printed without side effects.
+"""An RLConfig's run name, output dir and W&B table. W&B's environment variables are set only when training starts
+(`export_wandb_env`), so a config can be built, checked or printed without side effects.
 """
+
 
 from __future__ import annotations
 

@@ -8,12 +8,9 @@ from verifiers_rl.plan.sampling import stated_knobs
 
 
 def sampling_args(config: Any, *, for_eval: bool = False, prompt_len: int | None = None) -> dict[str, Any]:
-    """Sampling parameters for a chat-completions request (see ``RLConfig.sampling_args``).
+    """Sampling parameters for a chat-completions request (see ``RLConfig.sampling_args``); ``max_tokens`` left out
+    when unset and no ``prompt_len`` caps it (the server's limit applies), vLLM-only knobs in ``extra_body``."""
 
-    ``for_eval`` uses ``eval_temperature`` when set. With ``prompt_len``, ``max_tokens`` is capped so prompt +
-    completion fit in ``max_seq_len``; without it and with ``max_tokens=None``, ``max_tokens`` is left out (the
-    server's limit applies). vLLM-only knobs go in ``extra_body``; every knob is named, at its neutral value when off.
-    """
     temperature = config.eval_temperature if for_eval and config.eval_temperature is not None else config.temperature
     # every sampling parameter named, off ones at their neutral value: a server must not fill them from the
     # checkpoint's generation config (plan/sampling.py)

@@ -92,9 +92,9 @@ def setup_training(trainer: Any) -> None:
 
 
 def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
-    """`trainer.plan`, `.inference` (one `Inference` object, built from the plan: vf-rl's, or made here from the
-    RLConfig; the local engine or vLLM servers, `server_config` for the one the trainer starts), `.policy_client`
-    and `.orchestrator`."""
+    """`trainer.plan` (vf-rl's, or made from the RLConfig), `.inference` built from it, `.policy_client` and
+    `.orchestrator`."""
+
     import torch
 
     from verifiers_rl.clients.openai_chat_completions_client import OpenAIChatCompletionsClient

@@ -1,12 +1,10 @@
 """The teacher of `training_mode = "opd" | "sft"`: a model loaded in-process, or a server reached by URL.
 
-- opd: the teacher scores the policy's sampled sequences (its log-prob of each token given the ones before it):
-  in-process by a forward pass on the trainer's device, or by a vLLM server's ``prompt_logprobs`` (one
-  ``/v1/completions`` request per sequence, token ids in, ``max_tokens=1``, temperature 1). Both sides must share one
-  vocabulary: the token ids are the policy's.
-- sft: the teacher generates the rollouts through the environment: the local engine serves the in-process model
-  (the same engine the policy uses), or any OpenAI-compatible endpoint answers at the URL.
+- opd: the teacher scores the policy's sampled sequences, in-process or by a vLLM server's ``prompt_logprobs``
+  (token ids in, ``max_tokens=1``); both must share one vocabulary, since the token ids are the policy's.
+- sft: the teacher generates the rollouts through the environment (the local engine, or any OpenAI-compatible URL).
 """
+
 
 from __future__ import annotations
 

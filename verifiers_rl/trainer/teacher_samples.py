@@ -1,11 +1,10 @@
 """A teacher's scored rollouts → training samples for ``training_mode = "sft"``.
 
-Each rollout's messages (prompt + the teacher's completion, tool calls and tool results included) are rendered with
-the POLICY's chat template, so any teacher works (another tokenizer, a hosted API without token ids). Loss tokens
-are the assistant turns of the completion: the span each one adds to the rendering of the conversation before it.
-Errored rollouts, prompts over ``max_prompt_len`` and, with ``min_reward``, rollouts scoring below it keep their
-place with no loss tokens.
+Each rollout's messages are rendered with the POLICY's chat template, so any teacher works (another tokenizer, a
+hosted API without token ids). Loss tokens are the span each assistant turn adds to the rendering before it; dropped
+rollouts and, with ``min_reward``, those scoring below it keep their place with no loss tokens.
 """
+
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Error chains and errors as data (`verifiers.utils.error_utils`, verifiers 0.3).
-
-`error_data(e)` is an error as JSON-ready fields (`error`, `message`, `error_chain_repr`, `error_chain_str`);
-`error_from_data` rebuilds the most specific `vf.Error` class named in that chain, so code that meets a
-serialized error (a saved state, a worker's reply) can still test `isinstance(err, vf.InfraError)`.
+"""Error chains and errors as data (`verifiers.utils.error_utils`, verifiers 0.3): `error_from_data` rebuilds the
+most specific `vf.Error` class named in `error_data`'s chain, so a serialized error (a saved state, a worker's
+reply) still passes `isinstance(err, vf.InfraError)`.
 """
+
 
 from __future__ import annotations
 

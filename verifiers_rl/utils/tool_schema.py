@@ -1,13 +1,10 @@
 """Python callables → tool definitions (`vf.Tool`: name, description, JSON-schema parameters).
 
-The schema is what verifiers 0.1.11 shows a model for the same function, so an environment's tools look the
-same under either runtime: a pydantic model named `<func>_args` is built from the signature's type hints
-(defaults kept), each parameter described from the docstring's `Args:` section (Google style; Sphinx
-`:param x:` and NumPy `Parameters` blocks are read too), then made "strict" the way OpenAI's function
-calling expects (every property listed in `required`, `additionalProperties: false` on objects, `null`
-defaults dropped, `$ref`s carrying extra keys inlined). `skip` leaves parameters out entirely (arguments the
-environment injects itself), without touching the function.
+The schema is what verifiers 0.1.11 shows a model for the same function: a pydantic model `<func>_args` from the
+type hints, parameters described from the docstring (Google, Sphinx or NumPy style), made "strict" as OpenAI's
+function calling expects. `skip` leaves out parameters the environment injects itself.
 """
+
 
 from __future__ import annotations
 

@@ -2,12 +2,9 @@
 `envs.loading.environment_api` decides (the one decision; `api` = "auto" | "classic" | "v1").
 
 - classic: `load_environment(**args)` of the id's module (`envs.loading.load_environment_or_one_line`);
-- v1: `args` is the v1 env config (`taskset = {<its config fields>}`, `agent = {harness = {id = ...}, runtime = {type
-  = ...}}`, `id` for an Env package), the `[env] id` its `taskset.id`, plus our `max_tasks` (the first N tasks: needed
-  for an endless taskset), `warm_programs` (default true: harness programs start warm) and `renderer` (verifiers'
-  `TrainClientConfig.renderer`: a tool-capable renderer for a taskset with tools); a folder id (`./my_taskset`,
-  holding `my_taskset.py` or `my_taskset/__init__.py`) puts that folder on sys.path. No line is printed here: the v1
-  environment's first rollout prints the one line naming the v1 API, its version and each seat's harness/runtime.
+- v1: `args` is the v1 env config (docs/environments.md) plus our `max_tasks`, `warm_programs` and `renderer`; a
+  folder id (`./my_taskset`) puts that folder on sys.path.
+
 
 Failures are one line (`EnvironmentLoadError` / `EnvironmentArgsError`), a missing verifiers 0.4 naming
 `uv sync --extra verifiers-v1`.

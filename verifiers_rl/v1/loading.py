@@ -1,14 +1,11 @@
 """A verifiers v1 environment from a taskset id or an `[env]` config, ready for a local trainer.
 
-v1 environments are installed packages named by id (`reverse-text` → module `reverse_text`, whose `__all__`
-exports one `Taskset`, optionally a `Harness` and an `Env`); they are configured by verifiers' pydantic config, not
-by `load_environment(**kwargs)`. Here: `{"taskset": {"id": ...}, "agent": {...}}` → `vf.resolve_env_config` →
-`vf.load_environment`. Two defaults differ from verifiers' for a trainer on one machine: each seat (an
-`AgentConfig` field: `agent`, or a multi-agent env's roles) runs on `{type = "subprocess"}` unless the config names
-a runtime (verifiers' default is a Prime sandbox, needing PRIME_API_KEY and the network), and on the `null`
-(chat-only) harness unless it names one or the taskset ships its own. `path` puts a directory on sys.path first,
-for an environment that is not installed (a checkout, a test fixture).
+v1 environments are installed packages named by id, configured by verifiers' pydantic config (not
+`load_environment(**kwargs)`): `{"taskset": {"id": ...}, "agent": {...}}` → `vf.resolve_env_config` →
+`vf.load_environment`. Each seat defaults to the `subprocess` runtime and the `null` harness, not verifiers' Prime
+sandbox (docs/environments.md, "Defaults that differ from verifiers'").
 """
+
 
 from __future__ import annotations
 

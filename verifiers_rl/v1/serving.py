@@ -1,13 +1,10 @@
 """Where a v1 env's episodes run: its `serving()` held open on a loop thread of its own, and the policy over HTTP.
 
-verifiers' `Env.serving()` (shared tool servers + the interception server every harness program calls) is an async
-context meant to wrap a whole run. The trainer's orchestrator runs each step's generation on its own loop, between
-optimizer steps (inline) or ahead of them (async), so the context lives here instead: entered once by a task on a
-private loop thread, left by `close()`; each `run_slot` is submitted to that loop and awaited from the caller's.
-The harness programs reach the policy through verifiers' `TrainClient`, which only speaks HTTP
-(`POST /inference/v1/generate`, `GET /v1/models`): the in-process local engine is served by
-`inference.local_http.serve_local_engine` (once per engine); an HTTP policy (the run's vLLM servers, a URL) through
-`inference.generate_proxy`, which adds to vLLM's reply the field renderers checks.
+verifiers' `Env.serving()` is an async context meant to wrap a whole run, but the orchestrator runs each step's
+generation on a loop of its own, so the context lives on a private loop thread here, entered once and left by
+`close()`; each `run_slot` is submitted to that loop. Harness programs reach the policy through verifiers'
+`TrainClient`, which only speaks HTTP: the local engine is served over HTTP, an HTTP policy through
+`inference.generate_proxy`.
 """
 
 from __future__ import annotations
@@ -88,9 +85,9 @@ class PolicyEndpoint:
         self._lock = threading.Lock()
 
     def base_url(self, client: Any) -> tuple[str, Any]:
-        """(base URL, the engine or None) for the run's client: our `vf.Client` wrappers unwrapped, the local
-        engine served over HTTP once, any HTTP policy (the run's vLLM servers, a URL given to vf-eval) through the
-        generate proxy (`inference.generate_proxy`: vLLM's reply as renderers reads it; other replies unchanged)."""
+        """(base URL, the engine or None) for the run's client: the local engine served over HTTP once, any HTTP
+        policy through the generate proxy."""
+
         inner = getattr(client, "client", client)
         engine = getattr(inner, "engine", None)
         if engine is None:

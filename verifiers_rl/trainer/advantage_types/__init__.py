@@ -1,15 +1,10 @@
 """The advantage estimators, chosen by name (``advantage.type``; TRL's GRPOTrainer vs RLOOTrainer, verl's
 ``algorithm.adv_estimator``).
 
-Each registered estimator lives in its own module and is an :class:`AdvantageSpec`: a pure function
-``(rewards, group_size, config) -> advantages`` (1-D float tensors, rewards laid out as contiguous groups of
-``group_size`` rollouts of one prompt; with ``uses_lengths``, also ``lengths=``: each rollout's token and turn
-counts, ``length_penalty.RolloutLengths``) and its own config class (a dataclass that checks its values in
-``__post_init__`` and raises one line naming the key).
-
-Adding an estimator: a module here that defines ``ADVANTAGE = AdvantageSpec(...)``, and its line in ``ADVANTAGES``;
-or, outside the package, ``advantage.type = "my_pkg.advantages:ADVANTAGE"`` (its import path).
+Each is an :class:`AdvantageSpec` in its own module: a pure function ``(rewards, group_size, config) -> advantages``
+over contiguous groups of ``group_size`` rollouts, and its config class. Adding one: docs/architecture.md.
 """
+
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ group's largest:
 
     shaped = reward - pass_rate * (w_out * output / max(output) + w_in * input / max(input) + w_turns * turns / max(turns))
 
-``output``: the model's tokens; ``input``: the tokens it conditioned on but did not write (the prompt, tool and
-user responses); ``turns``: model turns. A group that fails everything (pass rate 0) is not penalised; the
-penalty grows with how often the group succeeds, so it only ever trades length against correctness it has.
+``output``: the model's tokens; ``input``: the tokens it conditioned on but did not write; ``turns``: model turns.
+Scaled by the pass rate, the penalty only ever trades length against correctness the group has.
 """
+
 
 from __future__ import annotations
 

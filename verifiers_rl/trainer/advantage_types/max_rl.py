@@ -1,14 +1,11 @@
 """``advantage.type = "max_rl"``: Maximum-likelihood RL (arXiv:2602.02710; prime-rl's ``[orchestrator.algo] type =
 "max_rl"``, 559b447).
 
-Each rollout's reward minus its group's mean, divided by that mean (in place of GRPO's std):
-
-    A_i = (r_i - mean(r)) / mean(r)        (0 for the whole group when mean(r) <= 0)
-
-With binary rewards a prompt the policy solves with probability p weighs ~1/p, which makes the policy gradient
-that of the maximum-likelihood objective truncated at order ``group_size``. Meant for non-negative rewards.
-No keys.
+``A_i = (r_i - mean(r)) / mean(r)`` (0 for the group when mean(r) <= 0): with binary rewards a prompt solved with
+probability p weighs ~1/p, giving the gradient of the maximum-likelihood objective truncated at order
+``group_size``. Meant for non-negative rewards. No keys.
 """
+
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The losses, chosen by name (``loss.type``; prime-rl's ``[loss] type``, TRL's ``loss_type``).
-
-Each registered loss lives in its own module and is a :class:`LossSpec`: a pure function ``(inputs, config) ->
-LossOutputs`` (the loss and its metrics by name), its own config class (a dataclass that checks its values in
-``__post_init__`` and raises one line naming the key), the training mode whose inputs it takes, what a step without
-loss tokens reports, and which of its metrics the console line shows. The trainer logs whatever metrics the loss
-returns and names none of them.
-
-Adding a loss: a module here that defines ``LOSS = LossSpec(...)``, and its line in ``LOSSES``; or, outside the
-package, ``loss.type = "my_pkg.losses:LOSS"`` (its import path).
+"""The losses, chosen by name (``loss.type``; prime-rl's ``[loss] type``, TRL's ``loss_type``), each a
+:class:`LossSpec` in its own module. The trainer logs whatever metrics a loss returns and names none of them.
+Adding a loss: docs/architecture.md, "Adding things".
 """
+
 
 from __future__ import annotations
 
@@ -36,13 +30,11 @@ MODE_LOSS = {"rl": "default", "opd": "opd", "sft": "sft"}
 
 @dataclass(frozen=True)
 class LossSpec:
-    """One registered loss.
-
-    ``mode``: the training mode that builds its inputs: ``rl`` (``LossInputs``: sampler log-probs, advantages, the
-    reference log-probs when the config's ``beta`` > 0), ``opd`` or ``sft`` (``DistillInputs``).
-    ``when_empty``: values of its ``*/min`` / ``*/max`` metrics for a step without loss tokens (others report 0).
+    """One registered loss. ``mode``: the training mode that builds its inputs (``rl``: ``LossInputs``; ``opd``,
+    ``sft``: ``DistillInputs``). ``when_empty``: its ``*/min`` / ``*/max`` values for a step without loss tokens.
     ``console``: ``(metric, label)`` pairs the console's step line shows, after the entropy.
     """
+
 
     name: str
     fn: Callable[[Any, Any], Any]

@@ -1,15 +1,10 @@
-"""TRL's GRPOTrainer loss types by name and by value (TRL 1.16, ``GRPOConfig.loss_type``): ``grpo``, ``bnpo``,
-``dr_grpo``, ``dapo``, ``cispo``, ``sapo``, ``luspo``, ``vespo``, with TRL's ``beta`` (k3 KL to the reference
-policy, added per token before the normalisation), for ``grpo`` and ``sapo``
-``importance_sampling_level = "sequence"`` (GSPO: one ratio per sequence, the mean log-ratio of its loss tokens),
-and for all of them TRL's sampler correction (``importance_sampling_mode``: its ``vllm_importance_sampling_mode``,
-truncated or masked trainer/sampler weights per token or per sequence, for any sampler).
-``tests/test_trl_losses.py`` checks each, value and gradient, against TRL's own ``_compute_loss`` on the same
-tensors.
+"""TRL's GRPOTrainer loss types by name and by value (TRL 1.16, ``GRPOConfig.loss_type``), with TRL's ``beta``,
+GSPO's sequence-level ratios (grpo, sapo) and TRL's sampler correction (``importance_sampling_mode``).
+``tests/test_trl_losses.py`` checks each, value and gradient, against TRL's own ``_compute_loss``.
 
-The configs and specs are here (no torch: vf-rl's own process checks them); the functions in
-``trl_functions.py``.
+The configs and specs are here (no torch: vf-rl's own process checks them); the functions in ``trl_functions.py``.
 """
+
 
 from __future__ import annotations
 
