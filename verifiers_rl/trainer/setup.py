@@ -33,8 +33,8 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def eval_env_map(env: Any, eval_envs: Any) -> dict[str, Any]:
-    """`eval_envs` as {name: env}: None → the training env; a list → named by env_id (unnamed: env, or env_<i> in a
-    list; a repeated name gets its position)."""
+    """`eval_envs` as {name: env}: None → the training env; a list → named by env_id or env_<i> (a repeat: +_<i>)."""
+
     if isinstance(eval_envs, dict):
         return eval_envs
     envs = [env] if eval_envs is None else list(eval_envs)

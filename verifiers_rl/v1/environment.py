@@ -116,8 +116,7 @@ class V1Environment:
         return model_context(base_url, model, renderer, sampling_args, renderer_config=self.renderer)
 
     def _served_root(self, base_url: str) -> str | None:
-        """The base model a vLLM server was started from (`root` of its `/v1/models` card): the tokenizer the
-        v1 train client renders with when the policy is a server rather than the in-process engine."""
+        """The base model a vLLM server was started from (its `/v1/models` root): the train client's tokenizer."""
         if self.renderer_model_name is None:
             import httpx
 
@@ -177,8 +176,8 @@ def _take(taskset: Any, n: int | None) -> list[Any]:
 
 
 def _prompt(task: Any) -> list[dict]:
-    """The task's prompt as the dataset row shows it (logs, sample tables; the episode reads the task itself):
-    role and text content, a multimodal message's parts as text, so every row has one column type."""
+    """The task's prompt for the dataset row (logs, sample tables), as text so every row has one column type."""
+
     data = task.data
     msgs = [{"role": "system", "content": data.system_prompt}] if getattr(data, "system_prompt", None) else []
     prompt = data.prompt
