@@ -1,18 +1,15 @@
 """A one-token forward and a prefill for plain Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), used by the
 decode loop.
 
-HF's forward pays, per token, for building a 4D mask, a module call per sub-layer, and a general attention
-dispatch; at the sizes the local engine serves, that overhead costs more than the matmuls. This step runs the
-same arithmetic from the model's own modules and weights (read at every call, so a weight sync or an optimizer
-step is seen), with one additive key-padding row per sequence instead of a mask, one rotary lookup shared by all
-layers, and attention as two batched matmuls over the grouped query heads. Its `prefill` does the prompts the same
-way, with the projections and MLPs over the tokens that are neither left padding nor a shared prefix computed
-already (packed), so that a batch costs what its own tokens cost. Keys and values go into the cache's layers
-through their `update`.
+At the sizes the local engine serves, HF's per-token overhead (a 4D mask, a module call per sub-layer, a general
+attention dispatch) costs more than the matmuls. This runs the same arithmetic from the model's own weights (read at
+every call, so a weight sync is seen), with a key-padding bias row instead of a mask, one rotary lookup for all
+layers, and attention as two batched matmuls; `prefill` computes only the tokens that are neither padding nor a
+shared prefix.
 
-`DecodeStep.for_model` returns None for anything else (another architecture, LoRA-wrapped layers, sliding
-windows, biases in the MLP, a model on meta weights); then the loop keeps calling the model. A model is accepted
-once its step has matched the model's own forward on a small input (checked once per model object).
+`DecodeStep.for_model` returns None for anything else (another architecture, LoRA-wrapped layers, sliding windows,
+MLP biases, meta weights), or when the step does not match the model's own forward on a small input (checked once
+per model object); the loop then calls the model.
 """
 
 from __future__ import annotations
@@ -130,8 +127,7 @@ class DecodeStep:
         for refs, layer in zip(self.layers, cache.layers):
             q, k, v = self._qkv(refs, x, cos, sin)
             keys, values = layer.update(k[:, :, None], v[:, :, None])  # [B, Hkv, K, D] each
-            # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv; scale and padding
-            # bias in the same op as the product
+            # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv; bias and scale fused
             scores = torch.baddbmm(bias, q.reshape(B * Hkv, H // Hkv, D), keys.reshape(B * Hkv, K, D).mT,
                                    alpha=refs.scale)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
@@ -142,11 +138,9 @@ class DecodeStep:
     def prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
                 known: tuple | None = None) -> torch.Tensor:
         """The forward of the last `T = input_ids.shape[1]` columns of a left-padded batch whose earlier columns
-        are in `cache` already (`attention` [B, cache length + T] covers them all): fills the cache, returns the
-        last column's logits [B, V]. `known` = (mask [B, T], per-layer (keys, values) [B, Hkv, T, D]): tokens
-        whose keys and values are known already (a shared prefix), not computed again. Projections and MLPs run
-        on the other real tokens only, packed; attention on the padded layout (torch's fused attention, one
-        padding-and-causal mask for every layer)."""
+        are in `cache` (`attention` [B, cache length + T] covers all): fills the cache, returns the last column's
+        logits [B, V]. `known` = (mask [B, T], per-layer (keys, values) [B, Hkv, T, D]): a shared prefix's, not
+        computed again. Projections and MLPs run packed on the other real tokens; attention on the padded layout."""
         B, T = input_ids.shape
         H, Hkv, D = self.heads, self.kv_heads, self.head_dim
         todo = attention[:, -T:].bool()

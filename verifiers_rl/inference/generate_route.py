@@ -11,19 +11,13 @@ Request (vLLM's `GenerateRequest`; keys not named here are accepted and ignored,
   model, cache_salt, priority, X-Session-ID: accepted and ignored (one policy is served; no cross-request cache)
   stream, output_mode "text", multimodal `features` / `content_parts`: refused (400)
 
-Response (`output_mode: "tokens"`):
-  {request_id, model, created, output_mode, usage, [prompt_token_ids],
-   choices: [{index, token_ids, finish_reason: "stop" | "length", stop_reason, logprobs: {content: [
-       {token: "token_id:N", token_id: N, logprob, rank, top_logprobs: [{token, token_id, logprob, rank}, ...]}]}}]}
-  Each logprob entry carries vLLM 0.32's `token_id` and also the `token: "token_id:N"` placeholder that renderers
-  0.1.x checks, so both read it. The logprob is that of the processed distribution the token was sampled from
-  (the chat route's semantics, `local_engine`'s docstring); `top_logprobs` is vLLM's: the sampled token first,
-  then the best others, max(logprobs, 1) entries; a rank beyond the top `logprobs` is unknown here (null).
+Response: vLLM's (`output_mode: "tokens"`, `build_response`). Each logprob entry carries vLLM's `token_id` and the
+`token: "token_id:N"` placeholder renderers 0.1.x checks; logprobs as the chat route's (`local_engine`);
+`top_logprobs` as vLLM's (the sampled token first, max(logprobs, 1) entries; a rank beyond them is null).
 
-Semantics: `token_ids` keep every sampled token, a stop token included. `stop_token_ids` end a reply like EOS
-does (and, like EOS, can't end it before `min_tokens`); `ignore_eos` ignores the model's EOS but not them. A
-request's stop tokens select a batching worker (one per distinct end-token set, sharing the engine's weights
-lock), so requests of one renderer batch together. No `max_tokens`: the rest of the context, as vLLM.
+`token_ids` keep every sampled token, a stop token included. `stop_token_ids` end a reply like EOS (not before
+`min_tokens`); `ignore_eos` ignores the model's EOS but not them. Each distinct end-token set gets its own batching
+worker, so one renderer's requests batch together. No `max_tokens`: the rest of the context, as vLLM.
 """
 
 from __future__ import annotations

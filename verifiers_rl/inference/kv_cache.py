@@ -16,9 +16,8 @@ def _reserved_layer_class() -> type:  # defined on first use: transformers' cach
     from transformers.cache_utils import DynamicLayer
 
     class ReservedLayer(DynamicLayer):
-        """A full-attention cache layer whose keys and values live in one buffer sized for the whole decode: each
-        token writes in place, where `DynamicLayer` concatenates (a copy of the whole cache per token: quadratic
-        in the length)."""
+        """A full-attention cache layer in one buffer sized for the whole decode: each token writes in place, where
+        `DynamicLayer` concatenates (a copy of the whole cache per token)."""
 
         def __init__(self, capacity: int):
             super().__init__()
@@ -37,8 +36,7 @@ def _reserved_layer_class() -> type:  # defined on first use: transformers' cach
             return self.keys, self.values
 
         def select_rows(self, idx: torch.Tensor) -> None:
-            """Batch row i becomes row `idx[i]`: finished rows leave the decode batch, a shared prompt's prefill
-            is copied to every row that asked for it."""
+            """Batch row i becomes row `idx[i]` (finished rows dropped, a shared prefill copied)."""
             self._k, self._v = self._k.index_select(0, idx), self._v.index_select(0, idx)
             self.keys, self.values = self._k[..., :self.length, :], self._v[..., :self.length, :]
 

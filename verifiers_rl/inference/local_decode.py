@@ -1,12 +1,8 @@
-"""The local engine's decode loop: a bare forward loop over a KV cache instead of HF `generate`.
+"""The local engine's decode loop: a bare forward loop over a KV cache instead of HF `generate` (no processor
+chain, no per-step copies of the sequence). Left-padded rows get HF's position ids; finished rows are fed the pad.
 
-Per token it runs one forward of the last token (logits of that position only), the engine's sampler and stop
-criteria, and one write into a preallocated token buffer: no logits-processor chain, no per-step copies of the
-growing sequence, no `generate` bookkeeping. Left-padded rows get HF's position ids (count of real tokens
-before); rows that finished are fed the pad token until every row is done, as `generate` does.
-
-torch is imported at module level: only the batching worker imports this module, inside the function that runs
-a batch, so `import verifiers_rl` stays fast.
+torch is imported at module level: only the batching worker imports this module, when it runs a batch (so
+`import verifiers_rl` stays fast).
 """
 
 from __future__ import annotations
@@ -59,11 +55,9 @@ def _shared_prefix(input_ids: torch.Tensor, attention: torch.Tensor) -> int:
 
 def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
              cache: Any, compact: bool, extra: dict, fast: DecodeStep | None = None) -> tuple[torch.Tensor, Any]:
-    """The prompts' forward that fills `cache`: every row's last-position logits [B, V], and the cache (the one
-    the model built when `cache` is None). With a `compact` cache, identical prompts are computed once and a
-    prefix common to every prompt once (vLLM's prefix caching, within a batch); their key/value rows are copied
-    into place. With `fast` (the model's own step), the columns after the prefix compute only the tokens that
-    are neither padding nor part of that prefix (`DecodeStep.prefill`)."""
+    """The prompts' forward that fills `cache`: every row's last-position logits [B, V], and the cache. With a
+    `compact` cache, identical prompts and a prefix common to all are computed once (vLLM's prefix caching, within
+    a batch) and their key/value rows copied into place."""
     if not compact:
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     past_key_values=cache, **extra)
@@ -114,13 +108,9 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
            max_new: int, pad_id: int) -> torch.Tensor:
     """Prompt + generated ids [B, P + n], n <= max_new; `sampler.choose` picks each token, `stopper` ends rows.
 
-    Identical prompts, and a prefix common to every prompt, are prefilled once (their KV rows copied); each
-    further token goes through `decode_step` where the model qualifies, else the model's forward. Rows that
-    finished leave the forward batch (their KV rows dropped) once a quarter of the rows still computed are done;
-    the sampler and the stop criteria keep seeing every row (a finished row's logits are zeros and its token the
-    pad), so each row draws the same random numbers as without compaction.
-
-    Run under `torch.inference_mode()` with the model in eval mode (the caller's job)."""
+    Finished rows leave the forward batch once a quarter of the rows still computed are done; the sampler and the
+    stop criteria keep seeing every row (zero logits, the pad token), so each row draws the same random numbers
+    as without compaction. The caller runs it under `torch.inference_mode()` with the model in eval mode."""
     B, P = input_ids.shape
     device = input_ids.device
     buf = torch.full((B, P + max_new), pad_id, dtype=torch.long, device=device)

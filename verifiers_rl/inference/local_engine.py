@@ -1,36 +1,24 @@
 """In-process generation with the policy model behind an async OpenAI chat-completions interface.
 
-The environments call `engine.client.chat.completions.create(...)` exactly as they would call a vLLM server;
-concurrent requests are collected by a per-event-loop worker and run as shared batched decode calls (a bare
-forward loop over the KV cache, `local_decode`). Responses are real `openai.types.chat.ChatCompletion` objects
-shaped like vLLM's with `return_token_ids`: top-level `prompt_token_ids`, per-choice `token_ids`, and sampling
-logprobs. A LoRA policy is served as a merged copy (`lora_merge`, through `LocalInference`).
+Environments call `engine.client.chat.completions.create(...)` as they would a vLLM server; concurrent requests
+are batched per event loop into shared decode calls. Replies are `ChatCompletion` objects shaped like vLLM's with
+`return_token_ids` (`prompt_token_ids`, per-choice `token_ids`, sampling logprobs). A LoRA policy is served as a
+merged copy (`lora_merge`).
 
-Sampling semantics (documented because RL depends on them):
-- Tokens are sampled by our own sampler (`local_sampling.Sampler.choose`) on the last position's logits; HF's
-  `generate` and its processors are not involved, so the model's `generation_config` defaults never leak in.
-- Processing order: repetition penalty → min_tokens EOS mask → temperature → min-p → top-k → top-p (vLLM's order,
-  the one the trainer scores with: `inference/truncation.py`).
-  The logprob returned is log_softmax of the processed scores, i.e. of the distribution actually sampled from,
-  so it matches `log_softmax(logits / temperature)` when no filtering is active. With temperature 0 (greedy) it is
-  log_softmax of the raw logits.
-- Requests are grouped by their distribution (temperature, top_p, top_k, min_p, repetition_penalty); length and
-  stop settings (`max_tokens`, `min_tokens`, `ignore_eos`, `stop`) and `seed` are per row, so they don't split
-  batches. A seeded request uses its own `torch.Generator` (the global RNG is not touched); an unseeded batch
-  draws its generator seed from torch's global RNG, so `torch.manual_seed` makes runs repeatable for the same
-  batching.
-- Stop strings (as vLLM does): generation stops at the token that completes a stop string; `content` is cut
-  before the stop string, while `token_ids` and logprobs keep every sampled token up to and including the one
-  that completed it. EOS tokens are kept in `token_ids` and never appear in `content`.
-- `max_tokens` larger than the room left in the context is clamped to it (finish_reason "length"); a prompt
-  that fills the context raises `openai.BadRequestError` ("maximum context length ...").
-- Unsupported OpenAI arguments (frequency/presence penalties, response_format, ...) are ignored.
+Sampling semantics (RL depends on them):
+- Our own sampler (`local_sampling`), not HF's `generate`, so the model's `generation_config` never leaks in.
+  Order: repetition penalty → min_tokens EOS mask → temperature → min-p → top-k → top-p (vLLM's, and the
+  trainer's: `truncation.py`). The logprob is of the processed distribution sampled from; greedy: of the raw logits.
+- Batches split only by distribution (temperature, top_p, top_k, min_p, repetition_penalty); length, stop and
+  `seed` are per row. A seeded request has its own `torch.Generator`; an unseeded batch seeds one from torch's
+  global RNG, so `torch.manual_seed` repeats a run for the same batching.
+- Stop strings as vLLM: `content` is cut before the stop string, `token_ids` and logprobs keep every token through
+  the one that completed it. EOS stays in `token_ids`, never in `content`.
+- `max_tokens` is clamped to the room left in the context ("length"); a prompt that fills it raises
+  `openai.BadRequestError`. Unsupported OpenAI arguments (penalties, response_format, ...) are ignored.
 
-The model is switched to eval mode for the duration of each decode call and restored afterwards; don't run a
-training step on the same model concurrently with generation.
-
-Layout: this module (the engine and its client), `local_openai` (arguments → request, results → response),
-`local_worker` (batching), `local_decode` (the decode loop), `local_sampling` (sampler and stop criteria).
+The model is in eval mode during each decode call: don't train it concurrently with generation. Layout: here the
+engine, `local_openai` (request/response), `local_worker` (batching), `local_decode`, `local_sampling`.
 """
 
 from __future__ import annotations
@@ -76,24 +64,22 @@ class LocalEngine:
     ):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
-        import openai.types.chat  # noqa: F401  (the replies' types, ~0.5 s to import: paid here, not by a request)
+        import openai.types.chat  # noqa: F401  (the replies' types: imported here, not by the first request)
 
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
-        # how long a batch may wait for the rollouts in flight that have not asked yet (`rollouts_in_flight`, set
-        # by the rollout driver): episodes whose requests trickle in (a v1 harness program starting, a tool
-        # running) then share one decode instead of paying one each
+        # how long a batch waits for rollouts in flight (`rollouts_in_flight`, set by the driver) that have not
+        # asked yet: requests that trickle in then share one decode
         self.batch_gather_s = batch_gather_s
         self.rollouts_in_flight = 0
         self.driver_loop: Any = None  # the loop those rollouts run on (set with the count)
         self.default_max_tokens = default_max_tokens
         # like vLLM's --max-model-len: the context a request may fill; without max_tokens, a reply may use the rest
         self.max_model_len = max_model_len
-        # Decode batches on the event loop's own thread (blocking it meanwhile) rather than a worker thread: the
-        # loop's thread is where the caller trains, so torch keeps one intra-op thread team (faster on CPU).
+        # decode on the loop's own thread, where the caller trains: torch keeps one intra-op thread team
         self.decode_in_loop_thread = decode_in_loop_thread
         self.client = LocalClient(self)
         self.generate_calls = 0  # how many batched decode calls ran (observability for tests/benchmarks)
@@ -145,10 +131,8 @@ class LocalEngine:
         self.model = model
 
     def load_weights_from(self, source) -> None:
-        """Copy `source`'s weights into the served model, between generate batches (never during one).
-
-        For serving a snapshot of a policy that trains concurrently: `source` must have the same
-        architecture (e.g. the served model is a deep copy of it)."""
+        """Copy `source`'s weights (same architecture: a snapshot of a training policy) into the served model,
+        between batches."""
         import torch
 
         with self.weights_lock(), torch.no_grad():

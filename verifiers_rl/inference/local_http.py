@@ -1,17 +1,10 @@
 """The local engine served as an OpenAI-compatible HTTP endpoint on 127.0.0.1, when asked.
 
-The trainer itself calls the engine in-process; this endpoint is for code that can only take a URL: judges and
-agents inside environments, a real verifiers environment given a `ClientConfig(api_base_url=...)`, or a verifiers
-0.4 (v1) environment given a `TrainClientConfig(base_url=srv.base_url, ...)`. Routes:
-`POST /v1/chat/completions` (the engine's vLLM-shaped response: `prompt_token_ids`, per-choice `token_ids`,
-logprobs), `POST /inference/v1/generate` (vLLM's tokens-in / tokens-out route, `generate_route`), `GET /v1/models`
-(with `max_model_len`: the context a request may fill), `GET /health`. Bad requests answer 400 with OpenAI's
-error body (one line), so the openai client raises `BadRequestError` as it would against vLLM. Streaming is not
-offered.
-
-Requests run on one private event loop (the engine batches concurrent requests per loop), generate calls made
-while the trainer runs rollouts on the trainer's loop (`_generate_loop`); the HTTP side is a stdlib threading
-server, so nothing beyond the standard library is needed.
+For code that can only take a URL (judges, agents, a verifiers `ClientConfig` or v1 `TrainClientConfig`). Routes:
+`POST /v1/chat/completions`, `POST /inference/v1/generate` (`generate_route`), `GET /v1/models` (with
+`max_model_len`), `GET /health`. Bad requests answer 400 with OpenAI's error body, so the openai client raises
+`BadRequestError` as against vLLM. No streaming. Requests run on one private event loop (the engine batches per
+loop), except as `_generate_loop` says.
 """
 
 from __future__ import annotations
@@ -84,13 +77,9 @@ class LocalHTTPServer(JSONServer):
         return fut.result(timeout=self.timeout_s)
 
     def _generate_loop(self) -> asyncio.AbstractEventLoop:
-        """Where a `generate` call runs: on the loop of the rollout driver while it runs rollouts on this engine
-        (`envs.rollouts.in_flight`: the trainer's loop), else on this server's own. The engine decodes on the
-        thread of the loop that serves it, and torch ops on a second thread give that thread an OpenMP team of
-        its own, after which every small op on the trainer's thread runs 1.5-3x slower (a training step of the
-        tiny model after v1 episodes: 0.21 s against 0.08). Only this route: its callers (a v1 episode's train
-        client) run on another loop, while a chat completion may come from a blocking client on the driver's
-        own thread (a judge in a rubric), which would wait on itself."""
+        """The rollout driver's loop (the trainer's) while it runs rollouts on this engine, else this server's own:
+        torch ops on a second thread get an OpenMP team of their own, which slows every small op of the trainer's.
+        Only this route: a chat completion may come from a blocking client on the driver's own thread (a judge)."""
         loop = getattr(self.engine, "driver_loop", None)
         if (loop is not None and getattr(self.engine, "rollouts_in_flight", 0) > 0 and loop.is_running()
                 and not loop.is_closed()):

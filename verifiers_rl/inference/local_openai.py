@@ -42,9 +42,8 @@ _warned_media: set[str] = set()
 
 
 def _placeholder(part: Any) -> str:
-    """The local engine runs text-only causal LMs: an image/audio part becomes a marker such as `<image>` (said
-    once per kind on the log), so multimodal environments still run end to end; use a vLLM server with a
-    multimodal model to train on the media itself."""
+    """A media part as a marker such as `<image>` (logged once per kind): the local engine's models read text only,
+    and multimodal environments still run end to end."""
     kind = str(part.get("type", "media") if isinstance(part, Mapping) else "media").removesuffix("_url")
     kind = kind.removeprefix("input_") or "media"
     if kind not in _warned_media:
@@ -179,9 +178,8 @@ def sampling_dist(temperature, top_p, opt) -> Dist:
 
 
 def new_token_limits(engine: Any, prompt_len: int, requested, opt) -> tuple[int, int]:
-    """(max_new, min_tokens) for a prompt on this engine: max_tokens clamped to the room left in the context;
-    without max_tokens, a reply may use the rest of `max_model_len` (or `default_max_tokens` when the engine has no
-    cap)."""
+    """(max_new, min_tokens): max_tokens clamped to the room left in the context; without it, the rest of
+    `max_model_len` (or `default_max_tokens` when the engine has no cap)."""
     ctx = engine_context(engine)
     default_max = engine.default_max_tokens if not getattr(engine, "max_model_len", None) else ctx
     room = ctx - prompt_len if ctx else None
@@ -204,8 +202,7 @@ def make_request(
     stop: str | list[str] | None = None, logprobs: bool | None = False, top_logprobs: int | None = None,
     seed: int | None = None, extra_body: Mapping | None = None, **other,
 ) -> Request:
-    """Validate a chat-completions call (checks in the order the engine has always made them) into a Request.
-    Reads the engine's `tokenizer`, `model` (context length), `max_model_len` and `default_max_tokens`."""
+    """Validate a chat-completions call into a Request (vLLM's errors, as `openai.BadRequestError`)."""
     extra = dict(extra_body or {})
     if other.get("stream"):
         raise bad_request("the local engine does not stream; call create() without stream=True")

@@ -1,9 +1,8 @@
-"""What one batched decode call of the local engine (`local_decode.decode`) samples, and where each row stops
-(the semantics: `local_engine`'s docstring). Pure tensor math, testable without a model: `Sampler` and
+"""What the local engine's decode call samples and where each row stops (semantics: `local_engine`). `Sampler` and
 `StopCriteria` keep HF's LogitsProcessor / StoppingCriteria call forms, so tests drive them inside HF `generate`.
 
-torch and transformers are imported at module level: only the batching worker imports this module, inside
-the function that runs a batch, so `import verifiers_rl` stays fast.
+torch and transformers are imported at module level: only the batching worker imports this module, when it runs
+a batch (so `import verifiers_rl` stays fast).
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ def filter_scores(x: torch.Tensor, *, temperature: float, top_k: int, top_p: flo
 
 def sample(lp: torch.Tensor, rng_groups: RngGroups) -> torch.Tensor:
     """One token per row from log-probs `lp` (B, V), drawing each row's uniform from its group's generator."""
-    # Inverse CDF: one uniform per row, where a noise draw per vocabulary entry costs ~16 ns each on CPU (150 ms
-    # a step at Qwen's vocabulary). The running sum is in float64 so that rare tokens keep their mass.
+    # inverse CDF: one uniform per row, not a noise draw per vocabulary entry; float64 so rare tokens keep their mass
     u = torch.empty(lp.shape[0], dtype=torch.float64, device=lp.device)
     for idx, g in rng_groups:
         if idx is None:
@@ -44,10 +42,8 @@ def sample(lp: torch.Tensor, rng_groups: RngGroups) -> torch.Tensor:
 
 
 def row_generators(seeds: Sequence[tuple[Hashable, int, int] | None], device: Any = "cpu") -> RngGroups:
-    """Generators for a batch's rows; `seeds[i]` is (request key, seed, choice index) or None (unseeded).
-
-    One generator per seeded request (vLLM semantics: a seed makes that request reproducible on its own), one
-    shared generator for the unseeded rows, seeded from torch's global RNG."""
+    """Generators for a batch's rows, `seeds[i]` (request key, seed, choice index) or None: one per seeded request
+    (vLLM: a seed makes that request reproducible on its own), one for the unseeded rows from torch's global RNG."""
     by_req: dict[Hashable, list[int]] = {}
     unseeded: list[int] = []
     for i, s in enumerate(seeds):
@@ -69,10 +65,9 @@ def row_generators(seeds: Sequence[tuple[Hashable, int, int] | None], device: An
 class Sampler(LogitsProcessor):
     """Samples every row's next token and records its logprob (and the top `top_logprobs`).
 
-    `prompt_mask` (B, P) marks the real (unpadded) prompt tokens. The decode loop calls `choose`; as an HF logits
-    processor (`__call__`) it returns a one-hot score row per sample, so a greedy `generate` picks exactly our
-    token. With temperature 0, the choice is the argmax of the penalized scores and the logprob that of the raw
-    logits."""
+    `prompt_mask` (B, P) marks the real prompt tokens. As an HF logits processor (`__call__`) it returns a one-hot
+    score row, so a greedy `generate` picks exactly our token. Greedy: argmax of the penalized scores, logprob of
+    the raw logits."""
 
     def __init__(
         self,
@@ -115,8 +110,7 @@ class Sampler(LogitsProcessor):
         return out
 
     def choose(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        """The next token of every row [B] given the sequences so far and the last position's scores [B, V];
-        records the chosen logprobs (what the decode loop calls; `__call__` wraps it for HF `generate`)."""
+        """The next token of every row [B] from the last position's scores [B, V]; records the chosen logprobs."""
         step = input_ids.shape[1] - self.prompt_len
         raw = scores.float()
         x = self._penalize(input_ids, raw, step) if self.repetition_penalty != 1.0 else raw

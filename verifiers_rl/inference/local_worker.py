@@ -129,10 +129,8 @@ class BatchWorker:
         await self._gather_rollouts(queue)
 
     async def _gather_rollouts(self, queue: asyncio.Queue) -> None:
-        """Wait for the rollouts in flight that have not asked yet (the driver counts them in the engine's
-        `rollouts_in_flight`) while they keep arriving: at most `batch_gather_s`, and no longer than GATHER_GAP_S
-        without a new request (a rollout that is scoring or in a long tool call is not waited for). A batch per
-        arrival would pay a prefill and a whole decode each (v1 episodes, whose programs start one by one)."""
+        """Wait for the engine's `rollouts_in_flight` that have not asked yet, while they keep arriving (at most
+        `batch_gather_s`, GATHER_GAP_S without one): a batch per arrival would pay a prefill and a decode each."""
         limit = self.engine.batch_gather_s
         if limit <= 0 or self.engine.rollouts_in_flight <= 1:
             return
@@ -154,8 +152,7 @@ class BatchWorker:
                 continue
             try:
                 if self.engine.decode_in_loop_thread:
-                    # Same thread as the caller's torch work: one OpenMP team. A second thread's team spins on
-                    # the same cores after each parallel region and slows both (measured: local_engine_throughput).
+                    # the caller's thread: one OpenMP team (a second thread's team spins on the same cores)
                     results = self.run_batch(dist, chunk)
                 else:
                     results = await asyncio.to_thread(self.run_batch, dist, chunk)

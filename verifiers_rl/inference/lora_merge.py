@@ -1,15 +1,11 @@
 """The local engine serves a LoRA policy as one plain model with the adapters merged in.
 
-A PEFT LoRA linear runs four extra small ops per call (dropout, A, B, scale-and-add); in a decode step of a small
-model those dominate. The engine generates instead with a copy whose linear weights are ``W + B A * scale``,
-refreshed from the policy at every weight sync (the same moment a vLLM server would load the new adapter). The
-policy's own base weights are never touched, so training and resume stay exact.
+A PEFT LoRA linear's four extra small ops per call dominate a small model's decode step, so the engine generates
+with a copy whose weights are ``W + B A * scale``, refreshed at every weight sync; the policy is never touched.
 
-Only plain LoRA on `nn.Linear` layers qualifies (no DoRA, no LoRA bias, no trainable weights outside the
-adapters, nothing merged already), with fp32 base weights, on CPU or on a GPU with room for the copy; anything
-else is served as it is. Half-precision base weights (bf16 on a GPU) are served unmerged: `W + B A * scale` rounded
-to bf16 loses every update below W's rounding step (NeMo-RL issue #3696), while PEFT's own path computes
-`W x + B (A x) * scale`, exactly what the trainer's forward computes.
+Only plain LoRA on `nn.Linear` (no DoRA, no LoRA bias, nothing trainable outside the adapters, nothing merged) with
+fp32 base weights qualifies, where there is room for the copy; anything else is served as it is. A merge rounded to
+bf16 loses every update below W's rounding step (NeMo-RL issue #3696).
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ def _lora_layers(model: Any) -> list[tuple[str, Any]] | None:
 
 
 def _room_for_copy(model: Any) -> bool:
-    """On CPU, yes; on a CUDA device, when twice the model's size is free there (the copy must not be what makes a
-    run that fitted before run out of memory)."""
+    """On CPU, yes; on CUDA, when twice the model's size is free (the copy must not be what runs out of memory)."""
     import torch
 
     param = next(model.parameters(), None)
