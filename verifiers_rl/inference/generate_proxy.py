@@ -1,17 +1,9 @@
 """vLLM's `/inference/v1/generate` as verifiers 0.4's `TrainClient` reads it, in front of the run's vLLM servers.
 
-A v1 environment's harness calls the policy through `renderers.client.generate`, which POSTs token ids to
-`<root>/inference/v1/generate` and checks each logprob entry's `token` field against `"token_id:N"` (the
-placeholder vLLM's OpenAI routes write with `return_tokens_as_token_ids`). vLLM 0.32 and 0.33 serve the route (with
-`--enable-scale-out`, which the trainer's server launch sets) but write only the integer `token_id` there, so
-renderers 0.1.x refuses every reply. This proxy, on 127.0.0.1 in the trainer's process, forwards each request
-unchanged to one of the servers and adds `token` beside `token_id` in the reply; nothing else is touched, so tokens
-and logprobs are exactly vLLM's. `GET /v1/models` (with vLLM's `max_model_len`) and `/health` are forwarded.
-
-Routing: a request with verifiers' `X-Session-ID` header goes where that session went before (its prefix is cached
-there); others to the server with the fewest requests in flight. A connection failure is retried on the next
-server (a weight reload can restart a server's listener briefly); an HTTP error status is passed through as vLLM
-sent it, for the train client to report.
+renderers 0.1.x checks each logprob entry's `token` against `"token_id:N"`, but vLLM 0.32/0.33 write only the
+integer `token_id` there; this proxy (127.0.0.1, in the trainer) forwards each request unchanged and adds `token`,
+nothing else. An `X-Session-ID` goes where that session went before (its prefix is cached there), others to the
+least busy server; a connection failure is retried on the next server, an HTTP error passed through as sent.
 """
 
 from __future__ import annotations

