@@ -1,9 +1,8 @@
 """`Client`: the provider-agnostic model client environments call (verifiers' `vf.Client`).
 
-`get_response(prompt, model, sampling_args, tools)` returns a `vf.Response`. A subclass implements the native
-steps: build its client from a `ClientConfig`, convert tools and prompts, call, validate, convert back. Any
-failure that is not already a `vf.Error` (or an authentication error, which must stop a run) surfaces as
-`vf.ModelError`, so a rollout records it instead of crashing.
+`get_response(...)` returns a `vf.Response`; a subclass implements the native steps. A failure that is not a
+`vf.Error`, a dead server or an authentication error (those stop a run) becomes `vf.ModelError`, recorded by the
+rollout instead of crashing it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """`OpenAIChatCompletionsClient`: the `vf.Client` over any AsyncOpenAI-compatible object (a real AsyncOpenAI,
 a vLLM server's client, or this package's in-process engine).
 
-Requests ask for token ids and sampling logprobs (vLLM's `return_token_ids`, `logprobs=True`) so every step can
-be trained on; a hosted API that refuses those fields is asked once more without them, and from then on never.
-A dead server (connection refused, timeouts, 5xx) raises `ModelServerError`, which is NOT a `vf.Error`: it ends
-the run instead of failing each rollout quietly.
+Requests ask for token ids and logprobs (vLLM's `return_token_ids`) so every step can be trained on; a hosted API
+that refuses them is asked again without, from then on. A dead server raises `ModelServerError`, NOT a `vf.Error`:
+it ends the run instead of failing each rollout quietly.
 """
 
 from __future__ import annotations

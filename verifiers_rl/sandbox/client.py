@@ -1,10 +1,6 @@
-"""A local stand-in for verifiers' sandbox client (Prime sandboxes): the same async methods SandboxEnv and the
-environments written for it call (`create`, `wait_for_creation`, `execute_command`, `upload_file`,
-`download_file`, `delete`, `bulk_delete`, `teardown`), each sandbox a folder on this machine and each command a
-fresh jail on it (runner.py). What a sandbox keeps between commands is its /workspace (the command's working
-folder, also its HOME), its /tmp and, in a bwrap jail, whatever its commands write elsewhere outside the host's
-read-only system folders (`mkdir /app`, `/root/...`: the writable root a container image would give, kept in the
-sandbox's `fs/` folder); processes a command leaves behind end with that command's jail.
+"""A local stand-in for verifiers' sandbox client (Prime sandboxes): the async methods SandboxEnv calls, each
+sandbox a folder on this machine and each command a fresh jail on it (runner.py). What persists between commands
+(/workspace, /tmp, and in bwrap a writable root kept in `fs/`): docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -132,9 +128,8 @@ class LocalSandboxClient:
         return [] if box.image and box.runtime in ("docker", "podman") else [(str(box.root / "tmp"), "/tmp")]
 
     def _host_path(self, box: Sandbox, path: str) -> Path:
-        """A sandbox path (/workspace/..., /tmp/..., relative to /workspace, or elsewhere in a bwrap sandbox's
-        writable root) as the host file behind it, refused where `..` or a symlink the sandbox made (its
-        commands are model code) would lead out of the sandbox's folder on this machine."""
+        """A sandbox path as the host file behind it, refused where `..` or a symlink the sandbox made (model
+        code) would lead out of the sandbox's folder."""
         target = self._mapped_path(box, path)
         if not target.resolve().is_relative_to(box.root.resolve()):
             raise SandboxError(f"{path}: leads outside the sandbox (through '..' or a symlink)")

