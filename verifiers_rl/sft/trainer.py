@@ -91,7 +91,7 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
 
     from verifiers_rl.sft.launch import rank
     from verifiers_rl.trainer.distributed import release_process_group_at_exit
-    from verifiers_rl.trainer.model_loading import from_pretrained, peft_wrapping_quietly
+    from verifiers_rl.trainer.model_loading import from_pretrained, lora_targets, peft_wrapping_quietly
     from verifiers_rl.verbosity import no_progress_bars
 
     tokenizer = from_pretrained(AutoTokenizer, model)
@@ -109,8 +109,10 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
     if settings.use_lora:
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha,
-                                 target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
+        default = SFTSettings.model_fields["lora_target_modules"].default_factory()
+        targets = lora_targets(policy, settings.lora_target_modules, settings.lora_target_modules == default)
+        peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=targets,
+                                 task_type="CAUSAL_LM")
     # transformers 5.18+ names it activation_checkpointing (the old name warns on every construction); older: gradient_
     ckpt = "activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__ else \
         "gradient_checkpointing"

@@ -118,6 +118,10 @@ class RLFields(CheckpointSettings):
         metadata={"help": "Modules trained in full and saved with the adapter (e.g. ['lm_head'])."},
     )
 
+    disable_dropout: bool = field(default=True, metadata={
+        "help": "Dropout off in the policy's own layers (TRL's name; its default is False): the trainer's log-probs "
+                "are compared with the sampler's, which has none. lora_dropout is kept."})
+
     # --- Sampling ----------------------------------------------------------------------------------------------------
     temperature: float = field(
         default=1.0, metadata={"help": "Sampling temperature (>= 0); the trainer divides logits by it too. 0: greedy "

@@ -187,7 +187,7 @@ def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None, 
     if layer_types is None and getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
         return None
     if impl == "sdpa":
-        return hidden, None, not _by_segments(inner, text)
+        return hidden, None, not _by_segments(inner)
     return hidden, next(inner.parameters()).dtype, True
 
 
@@ -195,13 +195,18 @@ class SegmentsNotUsed(RuntimeError):
     """A packed forward by segments whose attention layers never called the segment attention."""
 
 
-def _by_segments(inner: torch.nn.Module, text: Any) -> bool:
+def _by_segments(inner: torch.nn.Module) -> bool:
     """Whether an sdpa model's packed rows attend segment by segment (`segment_attention`): not with attention
     dropout, nor with activation checkpointing (a recompute in the backward would run outside the layout)."""
-    if getattr(text, "attention_dropout", 0.0):
-        return False
-    # what transformers' is_activation_checkpointing reads, through any wrapper (PEFT, DDP)
-    return not any(getattr(m, "gradient_checkpointing", False) is True for m in inner.modules())
+    for m in inner.modules():
+        # attention dropout as the layers hold it (Llama-style float, GPT-2-style module), and what transformers'
+        # is_activation_checkpointing reads, through any wrapper (PEFT, DDP)
+        p = getattr(m, "attention_dropout", None)
+        d = getattr(m, "attn_dropout", None)
+        if (isinstance(p, float) and p > 0) or (isinstance(d, torch.nn.Dropout) and d.p > 0) or \
+                getattr(m, "gradient_checkpointing", False) is True:
+            return False
+    return True
 
 
 def policy_token_logprobs(

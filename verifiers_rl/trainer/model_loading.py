@@ -69,6 +69,38 @@ def _check_peft_config(peft_config: Any, args: Any) -> None:
                          "peft_config, or drop peft_config and use RLConfig's lora_* fields")
 
 
+def disable_dropout(model: Any) -> None:
+    """Dropout off in the policy's own layers (TRL's `disable_dropout`): the trainer's log-probs are compared with
+    the sampler's, which samples without it. Applied before LoRA wraps the model, so `lora_dropout` stays."""
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "attention_dropout", None), float):  # Llama-style attention reads a float
+            m.attention_dropout = 0.0
+
+
+def lora_targets(model: Any, asked: Any, default: bool) -> Any:
+    """The LoRA target modules: `asked`; the default names (`default`: Llama's projections) on a model that lacks
+    some of them (GPT-2, GPT-NeoX, Phi-3's fused projections) become 'all-linear', said in one line. Names the model
+    lacks entirely are one line (a ConfigError)."""
+    if isinstance(asked, str):
+        return asked
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [t for t in asked if t not in names]
+    if missing and default:
+        print(f"LoRA: this model has no {', '.join(missing)} layers: targeting all its linear layers "
+              "(lora_target_modules = 'all-linear')", flush=True)
+        return "all-linear"
+    if len(missing) == len(asked):
+        from verifiers_rl.errors import ConfigError
+
+        raise ConfigError(f"lora_target_modules={list(asked)!r}: none is a layer of this model; name its layers or "
+                          "use 'all-linear'")
+    return asked
+
+
 def _note_half_weights(model: Any, args: Any) -> None:
     """Full fine-tuning of a model object loaded in half precision updates half-precision weights (from a path,
     the weights load in fp32 and train under autocast): said once, since small updates round away there."""
@@ -96,6 +128,8 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
 
             base_id = adapter_base(path)
             base = from_pretrained(AutoModelForCausalLM, base_id, dtype=dtype)
+            if args.disable_dropout:
+                disable_dropout(base)
             with peft_wrapping_quietly():
                 model = PeftModel.from_pretrained(base, path, is_trainable=True)
             has_tokenizer = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
@@ -109,12 +143,16 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
 
     _check_peft_config(peft_config, args)
     is_peft = hasattr(model, "peft_config")
+    if args.disable_dropout and not is_peft:
+        disable_dropout(model)
     if args.use_lora and not is_peft:
         from peft import LoraConfig, get_peft_model
 
         cfg = peft_config or LoraConfig(
             r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-            target_modules=args.lora_target_modules, modules_to_save=args.lora_modules_to_save,
+            target_modules=lora_targets(model, args.lora_target_modules,
+                                        "lora_target_modules" not in args.lora_options_set()),
+            modules_to_save=args.lora_modules_to_save,
             task_type="CAUSAL_LM")
         with peft_wrapping_quietly():
             model = get_peft_model(model, cfg)

@@ -1,0 +1,79 @@
+"""Architectures other than the tiny Qwen3 (built here offline from their transformers configs, with the tiny
+model's tokenizer): GPT-2 (Conv1D projections, dropout on by default), Phi-3 (fused qkv_proj / gate_up_proj),
+GPT-NeoX. LoRA's default targets (Llama's projection names) become 'all-linear' where the model lacks them, and the
+policy trains without dropout (the sampler has none), so its log-probs match the sampler's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import transformers as T  # noqa: E402
+
+import verifiers_rl as vf  # noqa: E402
+from verifiers_rl.errors import ConfigError  # noqa: E402
+from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES  # noqa: E402
+from verifiers_rl.trainer.model_loading import disable_dropout, lora_targets  # noqa: E402
+
+SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+             max_position_embeddings=512)
+
+
+def build(kind: str, tiny_model_dir, out):
+    """A random model of `kind` with the tiny tokenizer (vocab, EOS and pad ids), saved in `out`."""
+    tok = json.loads((tiny_model_dir / "config.json").read_text())
+    ids = dict(vocab_size=tok["vocab_size"], eos_token_id=tok["eos_token_id"], pad_token_id=tok.get("pad_token_id"))
+    cfg = {"gpt2": lambda: T.GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=512, **ids),
+           "phi3": lambda: T.Phi3Config(**SIZES, **ids),
+           "gpt_neox": lambda: T.GPTNeoXConfig(**SIZES, **ids),
+           "llama": lambda: T.LlamaConfig(**SIZES, attention_dropout=0.1, **ids)}[kind]()
+    torch.manual_seed(0)
+    T.AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    for f in tiny_model_dir.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def test_default_lora_targets_become_all_linear_where_the_model_lacks_them(tiny_model_dir, tmp_path, capsys):
+    qwen3 = T.AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert lora_targets(qwen3, DEFAULT_LORA_TARGET_MODULES, True) == DEFAULT_LORA_TARGET_MODULES
+    for kind in ("phi3", "gpt_neox", "gpt2"):  # fused or differently named projections: some or all names missing
+        model = T.AutoModelForCausalLM.from_pretrained(build(kind, tiny_model_dir, tmp_path / kind))
+        assert lora_targets(model, DEFAULT_LORA_TARGET_MODULES, True) == "all-linear", kind
+    assert "LoRA: this model has no q_proj, k_proj, v_proj, gate_proj, up_proj layers: targeting all its linear" \
+        in capsys.readouterr().out  # phi3's line: it has o_proj and down_proj only
+    with pytest.raises(ConfigError, match=r"^lora_target_modules=\['c_q'\]: none is a layer of this model"):
+        lora_targets(model, ["c_q"], False)
+    assert lora_targets(model, ["c_attn", "c_q"], False) == ["c_attn", "c_q"]  # as asked
+
+
+def test_dropout_is_off_in_the_policys_own_layers(tiny_model_dir, tmp_path):
+    gpt2 = T.AutoModelForCausalLM.from_pretrained(build("gpt2", tiny_model_dir, tmp_path / "gpt2"))
+    llama = T.AutoModelForCausalLM.from_pretrained(build("llama", tiny_model_dir, tmp_path / "llama"))
+    assert any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in gpt2.modules())  # GPT-2's defaults: 0.1
+    for model in (gpt2, llama):
+        disable_dropout(model)
+        assert not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+        assert not any(getattr(m, "attention_dropout", 0.0) for m in model.modules())
+
+
+@pytest.mark.integration  # trains two steps in-process
+def test_gpt2_trains_with_lora_and_its_log_probs_match_the_samplers(tiny_model_dir, tmp_path):
+    """GPT-2 with its dropout 0.1: the default LoRA targets none of its layers (all-linear instead), and with dropout
+    on the trainer's forward the segment attention refused it at step 1 (and the ratios drifted off 1)."""
+    from test_trainer import make_config, make_env
+
+    out = tmp_path / "run"
+    trainer = vf.RLTrainer(str(build("gpt2", tiny_model_dir, tmp_path / "gpt2")), make_env(), make_config(out))
+    try:
+        assert trainer.model.peft_config["default"].target_modules  # all-linear, resolved by peft
+        trainer.train()
+    finally:
+        trainer.close()
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    first = next(s for s in steps if s.get("step") == 1 and "importance_ratio/min" in s)
+    assert 1 - 1e-4 < first["importance_ratio/min"] <= first["importance_ratio/max"] < 1 + 1e-4, first
