@@ -20,6 +20,11 @@ def _dump(value: Any) -> Any:
     return value
 
 
+def get_field(obj: Any, key: str) -> Any:
+    """`obj[key]` of a dict, else its attribute (None where absent): a message or response as dict or object."""
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
 class Record(dict):
     """A dict with attribute access, declared fields with defaults, and nested conversion."""
 

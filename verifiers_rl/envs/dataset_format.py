@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from verifiers_rl.record import get_field
 from verifiers_rl.types import Messages
 from verifiers_rl.verbosity import no_progress_bars
-
-
-def _role(m: Any) -> Any:
-    return m.get("role") if isinstance(m, dict) else getattr(m, "role", None)
 
 
 def quiet_map(dataset: Any, fn: Any, **kwargs: Any) -> Any:
@@ -103,7 +100,7 @@ class DatasetFormatting:
                 for prompt in rows["prompt"]:
                     assert isinstance(prompt, list), \
                         f"prompt must be a list of messages when system_prompt is provided, got {type(prompt)}"
-                    system = bool(prompt) and _role(prompt[0]) == "system"
+                    system = bool(prompt) and get_field(prompt[0], "role") == "system"
                     out.append(prompt if system else [{"role": "system", "content": system_prompt}, *prompt])
                 return {"prompt": out}
 

@@ -20,6 +20,7 @@ from verifiers_rl.decorators import stop
 from verifiers_rl.envs.multiturn_env import MultiTurnEnv
 from verifiers_rl.utils.tool_schema import tool_name
 from verifiers_rl.errors import ToolCallError, ToolParseError
+from verifiers_rl.record import get_field
 from verifiers_rl.rubrics.tool_rubric import ToolMonitorRubric
 from verifiers_rl.types import Messages, State, Tool, ToolCall, ToolMessage
 from verifiers_rl.utils.tool_utils import convert_func_to_tool_def, is_valid_tool_content_parts
@@ -39,7 +40,7 @@ async def run_tool(func: Callable, args: dict[str, Any]) -> Any:
 
 def tool_calls_of(message: Any) -> list[ToolCall] | None:
     """An assistant message's tool calls as `ToolCall` records (id, name, arguments), whatever form they came in."""
-    calls = message.get("tool_calls") if isinstance(message, dict) else getattr(message, "tool_calls", None)
+    calls = get_field(message, "tool_calls")
     if calls is None:
         return None
     return [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in calls]

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from verifiers_rl.errors import ModelServerError
+from verifiers_rl.record import get_field
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -38,7 +39,7 @@ def group_key(messages: Any) -> str:
     """The prompt a request continues: its messages before the first assistant turn."""
     head = []
     for m in messages or []:
-        role = m.get("role") if isinstance(m, dict) else getattr(m, "role", None)
+        role = get_field(m, "role")
         if role == "assistant":
             break
         head.append(m if isinstance(m, dict) else str(m))

@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 from verifiers_rl.parsers.parser import Parser
+from verifiers_rl.record import get_field
 from verifiers_rl.rubrics.judge_endpoint import (  # noqa: F401  (names this module has always offered)
     API_KEY_VAR, BASE_URL_VAR, DEFAULT_JUDGE_MODEL, MODEL_VAR, OPENAI_API_URL, JudgeEndpoint, JudgeIsPolicyError,
     JudgeNotConfiguredError, endpoint_from_settings, endpoint_of_client, not_configured, refusal)
@@ -52,7 +53,7 @@ def _question_text(prompt: Messages | str) -> str:
     if not prompt:
         return ""
     last = prompt[-1]
-    content = last.get("content") if isinstance(last, dict) else getattr(last, "content", None)
+    content = get_field(last, "content")
     if content is None:
         return ""
     if isinstance(content, list):  # content parts: their text

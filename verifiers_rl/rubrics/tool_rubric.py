@@ -8,21 +8,18 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from verifiers_rl.record import get_field
 from verifiers_rl.rubrics.rubric import Rubric
 from verifiers_rl.types import Messages
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
 def _tool_call_name(call: Any) -> str | None:
-    function = _field(call, "function")
+    function = get_field(call, "function")
     if function is not None:
-        name = _field(function, "name")
+        name = get_field(function, "name")
         if isinstance(name, str):
             return name
-    name = _field(call, "name")
+    name = get_field(call, "name")
     return name if isinstance(name, str) else None
 
 
@@ -30,7 +27,7 @@ def tool_calls_in(completion: Messages) -> list[Any]:
     """Every tool call of the assistant messages of a completion (none for a plain-text completion)."""
     if not isinstance(completion, list):
         return []
-    per_message = [_field(msg, "tool_calls") for msg in completion if _field(msg, "role") == "assistant"]
+    per_message = [get_field(msg, "tool_calls") for msg in completion if get_field(msg, "role") == "assistant"]
     return [call for calls in per_message if isinstance(calls, list) for call in calls]
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_rl.record import get_field
+
 TRAINING_MODES = ("rl", "opd", "sft")
 _TEACHER_FIELDS = ("teacher_model", "teacher_url", "teacher_model_name", "teacher_api_key_var")
 
@@ -35,7 +37,7 @@ def mode_problem(c: Any, name: Any = str) -> tuple[str, str] | None:
     if c.sft_min_reward is not None and mode != "sft":
         return "sft_min_reward", f"{name('sft_min_reward')} applies to training_mode='sft', not {mode!r}; remove it"
     loss = getattr(c, "loss", None)
-    in_table = loss.get("beta") if isinstance(loss, dict) else getattr(loss, "beta", None)
+    in_table = get_field(loss, "beta")
     in_table = isinstance(in_table, (int, float)) and in_table > 0  # a wrong type: the loss's own check names it
     for field_name, key, active in (("beta", "beta", (c.beta or 0) > 0), ("loss", "loss.beta", in_table),
                                     ("online_difficulty_filtering", "online_difficulty_filtering",

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from verifiers_rl.types import (MESSAGE_CLASSES, ImageUrlContentPart, InputAudioContentPart, Messages, Record,
-                                TextContentPart, TextMessage)
+from verifiers_rl.record import Record, get_field
+from verifiers_rl.types import (MESSAGE_CLASSES, ImageUrlContentPart, InputAudioContentPart, Messages, TextContentPart,
+                                TextMessage)
 
 _PART_CLASSES = {"text": TextContentPart, "image_url": ImageUrlContentPart, "input_audio": InputAudioContentPart}
 
@@ -72,15 +73,11 @@ def normalize_messages(value: Messages | str, *, field_name: str = "messages") -
 def get_messages(messages: Messages, role: str | None = None) -> Messages:
     """The messages as records, only those of `role` when given (verifiers 0.3)."""
     records = normalize_messages(messages)
-    return records if role is None else [m for m in records if _field(m, "role") == role]
+    return records if role is None else [m for m in records if get_field(m, "role") == role]
 
 
 def concat_messages(messages_list: list[Messages]) -> Messages:
     return [m for messages in messages_list for m in messages]
-
-
-def _field(m: Any, key: str) -> Any:
-    return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
 
 
 def sanitize_tool_calls(messages: Messages) -> Messages:
@@ -89,7 +86,7 @@ def sanitize_tool_calls(messages: Messages) -> Messages:
         return messages
     out = []
     for m in messages:
-        calls = _field(m, "tool_calls")
+        calls = get_field(m, "tool_calls")
         if not calls:
             out.append(m)
             continue
@@ -100,20 +97,20 @@ def sanitize_tool_calls(messages: Messages) -> Messages:
             else:  # a plain dict as it is; a record or a pydantic model dumped
                 plain = isinstance(tc, dict) and not isinstance(tc, Record)
                 encoded.append(json.dumps(tc if plain else tc.model_dump(exclude_none=True)))
-        new = {"role": _field(m, "role"), "content": _field(m, "content") or "", "tool_calls": encoded}
-        if isinstance(_field(m, "reasoning_content"), str):
-            new["reasoning_content"] = _field(m, "reasoning_content")
+        new = {"role": get_field(m, "role"), "content": get_field(m, "content") or "", "tool_calls": encoded}
+        if isinstance(get_field(m, "reasoning_content"), str):
+            new["reasoning_content"] = get_field(m, "reasoning_content")
         out.append(new)
     return out
 
 
 def message_text(m: Any) -> str:
     """A message's text (content parts joined)."""
-    content = _field(m, "content")
+    content = get_field(m, "content")
     if content is None:
         return ""
     if isinstance(content, list):
-        return "".join(str(_field(p, "text") or "") for p in content if _field(p, "type") in ("text", None))
+        return "".join(str(get_field(p, "text") or "") for p in content if get_field(p, "type") in ("text", None))
     return str(content)
 
 

@@ -7,20 +7,18 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-
-def _field(obj: Any, key: str) -> Any:
-    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+from verifiers_rl.record import get_field
 
 
 def extract_usage_tokens(response: Any) -> tuple[int, int]:
     """(input, output) tokens of a response's usage, 0 where absent or not a number."""
-    usage = _field(response, "usage")
+    usage = get_field(response, "usage")
     if usage is None:
         return 0, 0
 
     def num(*keys: str) -> int:
         for k in keys:
-            v = _field(usage, k)
+            v = get_field(usage, k)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 return int(v)
         return 0
@@ -49,7 +47,7 @@ class StateUsageTracker:
         self._totals["output_tokens"] += dy
 
     def increment_from_response(self, response: Any) -> None:
-        if _field(response, "usage") is not None:
+        if get_field(response, "usage") is not None:
             self.increment(*extract_usage_tokens(response))
 
     def snapshot(self) -> dict[str, float] | None:
