@@ -99,6 +99,14 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return out
 
 
+def plot_run_safely(run_dir: str | Path) -> None:
+    """`plot_run`, saying why instead of raising: a plot must never fail a finished run."""
+    try:
+        plot_run(run_dir)
+    except Exception as e:
+        print(f"could not write the metrics plot: {e}")
+
+
 def panel_titles(run_dir: str | Path) -> list[str]:
     """The panels `plot_run` draws for this run (what a reader of metrics.png will see)."""
     return [t for t, _ in _panels(read_metrics(run_dir))]

@@ -16,6 +16,7 @@ from typing import Any
 
 from verifiers_rl import policy_servers
 from verifiers_rl.inference.generate_proxy import JSONHandler, JSONServer, json_error
+from verifiers_rl.utils.async_utils import cancel_other_tasks
 
 
 class LocalHTTPServer(JSONServer):
@@ -44,14 +45,8 @@ class LocalHTTPServer(JSONServer):
         policy_servers.remove(self.base_url)
         self._httpd.shutdown()
         self._httpd.server_close()
-
-        async def cancel_rest() -> None:  # the engine's batching worker lives on this loop: end it cleanly
-            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in rest:
-                t.cancel()
-            await asyncio.gather(*rest, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(cancel_rest(), self._loop).result(timeout=30)
+        # the engine's batching worker lives on this loop: end it cleanly
+        asyncio.run_coroutine_threadsafe(cancel_other_tasks(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=10)
         self._loop.close()

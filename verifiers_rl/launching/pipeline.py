@@ -215,12 +215,9 @@ def _replot(output_dir: str, trainer: Any) -> None:
     if not trainer.is_world_process_zero() or not (Path(output_dir) / "metrics.jsonl").exists():
         return
     trainer.wait_for_plot()  # the trainer's own background plot writes the same file
-    from verifiers_rl.plots import plot_run
+    from verifiers_rl.plots import plot_run_safely
 
-    try:
-        plot_run(output_dir)
-    except Exception as e:  # a plot must never fail a finished run
-        print(f"could not write the metrics plot: {e}")
+    plot_run_safely(output_dir)
 
 
 def _record_eval(trainer: Any, name: str, mean: float, when: str) -> None:

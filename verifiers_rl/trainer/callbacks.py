@@ -178,16 +178,9 @@ class RLControlCallback(TrainerCallback):
         if state.is_world_process_zero and (Path(args.output_dir) / "metrics.jsonl").exists():
             import threading
 
+            from verifiers_rl.plots import plot_run_safely
+
             # drawn in the background so train() does not wait for matplotlib; close() and exit wait for it
-            thread = threading.Thread(target=_plot, args=(args.output_dir,), name="vf-plot")
+            thread = threading.Thread(target=plot_run_safely, args=(args.output_dir,), name="vf-plot")
             thread.start()
             self.trainer.plot_thread = thread
-
-
-def _plot(output_dir: str) -> None:
-    from verifiers_rl.plots import plot_run
-
-    try:
-        plot_run(output_dir)
-    except Exception as e:  # a plot must never fail a finished run
-        print(f"could not write the metrics plot: {e}")

@@ -24,6 +24,7 @@ from verifiers_rl.trainer.buffer import BufferConfig, DifficultyBuffer
 from verifiers_rl.envs.rollouts import agents_per_rollout, generate_states
 from verifiers_rl.trainer.data_order import DataOrder
 from verifiers_rl.trainer.distributed import share
+from verifiers_rl.utils.async_utils import cancel_other_tasks
 
 
 @dataclass
@@ -43,13 +44,6 @@ def salted(sampling_args: dict[str, Any] | None, version: int) -> dict[str, Any]
     if "cache_salt" not in args and "cache_salt" not in extra:
         args["extra_body"] = {**extra, "cache_salt": f"policy-{version}"}
     return args
-
-
-async def _cancel_others() -> None:
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Orchestrator:
@@ -182,9 +176,9 @@ class Orchestrator:
         # Cancel what is still running there (batches generated ahead, the local engine's batching worker), then stop.
         if loop is not None and self._thread is not None:
             with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(_cancel_others(), loop).result(timeout=10)
+                asyncio.run_coroutine_threadsafe(cancel_other_tasks(), loop).result(timeout=10)
             loop.call_soon_threadsafe(loop.stop)
             self._thread.join(timeout=5)
         elif loop is not None and not loop.is_running():
-            loop.run_until_complete(_cancel_others())
+            loop.run_until_complete(cancel_other_tasks())
             loop.close()

@@ -24,6 +24,14 @@ async def maybe_await(func: Callable, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
+async def cancel_other_tasks() -> None:
+    """Cancel every other task on the running loop and wait for them to end (a private loop closing cleanly)."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def gather_flat(aws: Iterable[Awaitable[list[T]]]) -> list[T]:
     """Run the awaitables together and concatenate their lists in order; when one fails, cancel the rest."""
     tasks = [asyncio.ensure_future(a) for a in aws]
