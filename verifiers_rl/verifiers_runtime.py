@@ -1,11 +1,8 @@
 """Who answers `import verifiers`: this package's classic-API runtime ("ours") or the real package ("real").
 
-The decision is made in ONE function, `resolve_runtime` (`VF_VERIFIERS_RUNTIME` and, in `auto`, the installed
-version and the environment's requirements; docs/verifiers-runtime.md), when an environment is loaded or on the first
-`import verifiers`. For `ours` an import hook (`VerifiersAlias`) makes `verifiers.<path>` resolve to the SAME module
-objects as `verifiers_rl.<path>`, so `isinstance` holds across both names; no top-level `verifiers` package is
-shipped, so a real installation is never shadowed on disk. The hook never answers `REAL_ONLY` paths (`verifiers.v1`):
-those are the real package's modules, or one ImportError line naming the extra. Only package metadata is read here.
+Decided in ONE function, `resolve_runtime` (docs/verifiers-runtime.md). For `ours` an import hook (`VerifiersAlias`)
+makes `verifiers.<path>` the SAME module objects as `verifiers_rl.<path>`, so `isinstance` holds across both names, and
+no `verifiers` package is shipped to shadow a real one. `REAL_ONLY` paths (`verifiers.v1`) are never aliased.
 """
 
 from __future__ import annotations

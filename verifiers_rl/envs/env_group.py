@@ -1,13 +1,9 @@
 """EnvGroup: several environments served as one (verifiers 0.1.11 semantics).
 
-The datasets are the members' stacked in order, each row's `task` (and verifiers 0.3's `info["env_id"]`) set to its
-member's name, `example_id` renumbered across the stack. A rollout runs on the member its `task` (else `env_id`)
-names, else the first, which sees the row as its own dataset has it and scores it with its own rubric.
-`EnvGroupRubric` (what trainers score with) reports ALL members' metrics, 0.0 where one does not apply.
-
-Beyond verifiers: `ratios` weight how often each member's rows come up in training batches (`trainer.data_order`);
-members whose columns differ still stack: a missing column is None (removed before the member sees the row) and
-`info` dicts of differing shapes are stored as JSON text, so each member keeps exactly its own `info`.
+The members' datasets are stacked, each row's `task` (and `info["env_id"]`) naming its member, which runs and scores it;
+`EnvGroupRubric` reports ALL members' metrics, 0.0 where one does not apply. Beyond verifiers: `ratios` weight the
+training batches, and members whose columns differ still stack (a missing column is None, removed before the member sees
+the row; `info` dicts of differing shapes are stored as JSON text).
 """
 
 from __future__ import annotations

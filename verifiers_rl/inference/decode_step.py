@@ -1,15 +1,10 @@
-"""A one-token forward and a prefill for plain Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), used by the
-decode loop.
+"""A one-token forward and a prefill for plain Llama-family decoders (Llama, Mistral, Qwen2, Qwen3), for the decode
+loop.
 
-At the sizes the local engine serves, HF's per-token overhead (a 4D mask, a module call per sub-layer, a general
-attention dispatch) costs more than the matmuls. This runs the same arithmetic from the model's own weights (read at
-every call, so a weight sync is seen), with a key-padding bias row instead of a mask, one rotary lookup for all
-layers, and attention as two batched matmuls; `prefill` computes only the tokens that are neither padding nor a
-shared prefix.
-
-`DecodeStep.for_model` returns None for anything else (another architecture, LoRA-wrapped layers, sliding windows,
-MLP biases, meta weights), or when the step does not match the model's own forward on a small input (checked once
-per model object); the loop then calls the model.
+At the local engine's sizes, HF's per-token overhead costs more than the matmuls; this runs the same arithmetic from the
+model's own weights (read every call, so a weight sync is seen). `DecodeStep.for_model` returns None for anything else
+(LoRA-wrapped layers, sliding windows, biases, meta weights) or when it does not match the model's own forward on a
+small input (checked once per model); the loop then calls the model.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """The local engine's `POST /inference/v1/generate`: vLLM's tokens-in / tokens-out route, as verifiers 0.4's
-`TrainClient` calls it through `renderers.client.generate` (it renders the chat to token ids itself).
+`TrainClient` calls it (through `renderers.client.generate`, which renders the chat to token ids itself).
 
-Request (vLLM's `GenerateRequest`; keys not named here are accepted and ignored, as vLLM ignores them):
-  token_ids        the prompt: a non-empty list of ids of the model's vocabulary
-  sampling_params  (required) n, temperature, top_p, top_k, min_p, repetition_penalty, seed, max_tokens,
-                   min_tokens, stop (strings), stop_token_ids, ignore_eos, logprobs (null or 0..20),
-                   skip_special_tokens; penalties and constraints the engine does not apply
-                   (presence_penalty, logit_bias, structured_outputs, ...) are refused unless left at their default
-  return_token_ids echo the prompt as `prompt_token_ids`; request_id (or the X-Request-Id header) names the reply
-  model, cache_salt, priority, X-Session-ID: accepted and ignored (one policy is served; no cross-request cache)
-  stream, output_mode "text", multimodal `features` / `content_parts`: refused (400)
+Request: vLLM's `GenerateRequest`. Keys the engine cannot honour (penalties, logit_bias, structured outputs) are refused
+unless left at their default; stream, text output mode and multimodal inputs answer 400; model, cache_salt, priority and
+X-Session-ID are accepted and ignored (one policy, no cross-request cache).
 
-Response: vLLM's (`output_mode: "tokens"`, `build_response`). Each logprob entry carries vLLM's `token_id` and the
-`token: "token_id:N"` placeholder renderers 0.1.x checks; logprobs as the chat route's (`local_engine`);
-`top_logprobs` as vLLM's (the sampled token first, max(logprobs, 1) entries; a rank beyond them is null).
-
-`token_ids` keep every sampled token, a stop token included. `stop_token_ids` end a reply like EOS (not before
-`min_tokens`); `ignore_eos` ignores the model's EOS but not them. Each distinct end-token set gets its own batching
-worker, so one renderer's requests batch together. No `max_tokens`: the rest of the context, as vLLM.
+Response: vLLM's (`build_response`). Each logprob entry carries `token_id` and the `token: "token_id:N"` placeholder
+renderers 0.1.x checks; `top_logprobs` as vLLM's (sampled token first). `token_ids` keep every sampled token, a stop
+token included; `stop_token_ids` end a reply like EOS and are not ignored by `ignore_eos`. Each distinct end-token set
+gets its own batching worker, so one renderer's requests batch together.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """In-process generation with the policy model behind an async OpenAI chat-completions interface.
 
-Environments call `engine.client.chat.completions.create(...)` as they would a vLLM server; concurrent requests
-are batched per event loop into shared decode calls. Replies are `ChatCompletion` objects shaped like vLLM's with
-`return_token_ids` (`prompt_token_ids`, per-choice `token_ids`, sampling logprobs). A LoRA policy is served as a
-merged copy (`lora_merge`).
+Concurrent requests are batched per event loop; replies are vLLM-shaped `ChatCompletion`s with `return_token_ids`
+(`prompt_token_ids`, per-choice `token_ids`, sampling logprobs). A LoRA policy is served merged (`lora_merge`).
 
-Sampling semantics (RL depends on them):
-- Our own sampler (`local_sampling`), not HF's `generate`, so the model's `generation_config` never leaks in.
-  Order: repetition penalty → min_tokens EOS mask → temperature → min-p → top-k → top-p (vLLM's, and the
-  trainer's: `truncation.py`). The logprob is of the processed distribution sampled from; greedy: of the raw logits.
-- Batches split only by distribution (temperature, top_p, top_k, min_p, repetition_penalty); length, stop and
-  `seed` are per row. A seeded request has its own `torch.Generator`; an unseeded batch seeds one from torch's
-  global RNG, so `torch.manual_seed` repeats a run for the same batching.
-- Stop strings as vLLM: `content` is cut before the stop string, `token_ids` and logprobs keep every token through
-  the one that completed it. EOS stays in `token_ids`, never in `content`.
-- `max_tokens` is clamped to the room left in the context ("length"); a prompt that fills it raises
-  `openai.BadRequestError`. Unsupported OpenAI arguments (penalties, response_format, ...) are ignored.
+Sampling semantics RL depends on:
+- Our own sampler (`local_sampling`), not HF's `generate`, so the checkpoint's `generation_config` never leaks in;
+  vLLM's order (as `truncation.py`). The logprob is of the processed distribution sampled from; greedy: raw logits.
+- Batches split only by distribution; length, stop and `seed` are per row. Unseeded batches draw from torch's global
+  RNG, so `torch.manual_seed` repeats a run for the same batching.
+- Stop strings as vLLM: `content` is cut before them, `token_ids`/logprobs keep the completing token; EOS stays in
+  `token_ids`, never in `content`. `max_tokens` is clamped to the room left; a full prompt raises `BadRequestError`.
 
-The model is in eval mode during each decode call: don't train it concurrently with generation. Layout: here the
-engine, `local_openai` (request/response), `local_worker` (batching), `local_decode`, `local_sampling`.
+The model is in eval mode during each decode call: don't train it concurrently with generation.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""The local engine serves a LoRA policy as one plain model with the adapters merged in.
+"""The local engine serves a LoRA policy as one plain model with the adapters merged in (``W + B A * scale``).
 
-A PEFT LoRA linear's four extra small ops per call dominate a small model's decode step, so the engine generates
-with a copy whose weights are ``W + B A * scale``, refreshed at every weight sync; the policy is never touched.
-
-Only plain LoRA on `nn.Linear` (no DoRA, no LoRA bias, nothing trainable outside the adapters, nothing merged) with
-fp32 base weights qualifies, where there is room for the copy; anything else is served as it is. A merge rounded to
-bf16 loses every update below W's rounding step (NeMo-RL issue #3696).
+PEFT's four extra small ops per linear dominate a small model's decode step; the copy is refreshed at every sync and the
+policy is never touched. Only plain LoRA on `nn.Linear` over fp32 base weights qualifies: a merge rounded to bf16 loses
+every update below W's rounding step (NeMo-RL issue #3696).
 """
 
 from __future__ import annotations

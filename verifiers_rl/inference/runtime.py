@@ -1,16 +1,8 @@
-"""The one object a trainer holds for inference: `Inference`.
+"""The one object a trainer holds for inference: `Inference` (built by `factory.build_inference`).
 
-    inference = build_inference(plan, model=..., tokenizer=..., args=...)   # factory.py
-    inference.client          # AsyncOpenAI-shaped: what environments call
-    inference.base_url        # the server's URL (None for the in-process engine)
-    inference.model_name()    # the name to send with each request (changes with LoRA versions)
-    inference.inline          # generation shares the policy object: run it between optimizer steps
-    inference.sync(model, v)  # serve `model`'s weights as policy version v
-    inference.metrics()       # the last sync's timings
-    inference.close()         # stop what it started
-
-The local engine (`LocalInference`) and vLLM (`vllm_backend.VLLMBackend`) are the implementations; the plan
-(`verifiers_rl.plan.InferencePlan`) says which and how weights move.
+Environments call `client`; `inline` means generation shares the policy object (run it between optimizer steps);
+`sync(model, v)` serves the weights as policy version v. `LocalInference` and `vllm_backend.VLLMBackend` implement it;
+the plan (`verifiers_rl.plan.InferencePlan`) says which and how weights move.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Full-weight sync over vLLM's native weight-transfer protocol: the trainer broadcasts its parameters straight
-into the servers' workers (vLLM's layerwise reload; nothing touches the disk). Transports: `nccl` (vLLM's engine),
-`gloo` (ours, for CPU servers: `vllm_worker/`), `ipc`; the fallback is `disk` (`vllm_sync.FullWeightReload`).
-The servers need `--weight-transfer-config` and `VLLM_SERVER_DEV_MODE=1` (the launcher adds both); the per-server
-sequence: docs/vllm.md#weight-sync.
+"""Full-weight sync over vLLM's native weight-transfer protocol: parameters broadcast straight into the servers' workers
+(`nccl`, `gloo` for CPU servers, `ipc`; else `disk`: `vllm_sync.FullWeightReload`). Sequence: docs/vllm.md#weight-sync.
 
-vLLM's NCCL engine has no timeout (a server that dies mid-transfer leaves the broadcast waiting forever), hence
-`bounded`; `check_nccl_compat` compares the trainer's torch / NCCL with the server Python's before a launch.
+vLLM's NCCL engine has no timeout (a server dying mid-transfer hangs the broadcast), hence `bounded`;
+`check_nccl_compat` compares the trainer's torch / NCCL with the server Python's before a launch.
 """
 
 from __future__ import annotations

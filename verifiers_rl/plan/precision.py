@@ -1,11 +1,8 @@
-"""The training precision and the vLLM server's dtype, decided once (RLConfig, the vf-rl plan and the server the
-trainer starts all ask `plan_precision`).
+"""The training precision and the vLLM server's dtype, decided once (`plan_precision`).
 
-- `bf16` unset: bf16 on a CUDA GPU that has it (as TRL's GRPOConfig and verifiers' trainer), fp32 on the CPU (no
-  fast bf16 matmuls). LoRA trains its adapter in fp32 over a base in the training dtype; full fine-tuning keeps fp32
-  weights under bf16 autocast, so small updates are not rounded away.
-- The server runs in the training dtype, so its logprobs match the trainer's. vLLM's CUDA LoRA kernels take only
-  fp16/bf16, so fp32 with LoRA on a GPU is refused before anything starts.
+`bf16` unset: bf16 on a CUDA GPU that has it (as TRL and verifiers), fp32 on the CPU. LoRA trains its adapter in fp32;
+full fine-tuning keeps fp32 weights under bf16 autocast so small updates are not rounded away. The server runs in the
+training dtype so its logprobs match; vLLM's CUDA LoRA kernels take only fp16/bf16, so fp32 + LoRA on a GPU is refused.
 """
 
 from __future__ import annotations

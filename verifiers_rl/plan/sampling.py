@@ -1,16 +1,11 @@
-"""What the sampler is told, decided once: the trainer's log-probs assume one sampling distribution, and every
-request we build and every server we start must produce exactly that one.
+"""What the sampler is told, decided once: the trainer's log-probs assume one sampling distribution, and every request
+we build and every server we start must produce exactly that one.
 
-- **Neutral defaults, stated.** vLLM fills a parameter a request leaves out from the checkpoint's
-  `generation_config.json` (Qwen3's `top_k = 20` would sample from 20 tokens while the trainer scores the whole
-  vocabulary), so every request we build names every parameter (`stated_knobs`) and a server we start ignores the
-  checkpoint's sampling defaults (`SERVER_FLAGS`, covering requests we do not build); its EOS tokens still apply.
-- **Truncated sampling, replayed.** `top_k`, `top_p` < 1 and `min_p` cut the distribution to a support the trainer
-  scores over too (`Truncation`, in vLLM's order); vLLM's chat completions do not return its sampling mask, so the
-  trainer rebuilds the support from its own logits with vLLM's rule.
-- **What cannot be replayed is refused**: `repetition_penalty` depends on the whole context (`training_problem`).
-- **LoRA on data-parallel replicas.** Each `vllm serve` API-server process keeps its own adapter table, so a server we
-  start with LoRA and several replicas runs one API-server process (`lora_server_args`).
+- vLLM fills an omitted parameter from the checkpoint's `generation_config.json` (Qwen3's `top_k = 20`), so requests
+  name every parameter (`stated_knobs`) and servers ignore the checkpoint's sampling defaults (`SERVER_FLAGS`).
+- `top_k`, `top_p` and `min_p` are replayed: vLLM does not return its sampling mask, so the trainer rebuilds the support
+  from its own logits with vLLM's rule (`Truncation`). `repetition_penalty` cannot be and is refused.
+- Each `vllm serve` API-server process keeps its own LoRA adapter table, so LoRA runs one (`lora_server_args`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Rubric: weighted reward functions that score rollouts (verifiers 0.1.11 semantics).
+"""Rubric: weighted reward functions that score rollouts (verifiers 0.1.11 semantics; weight 0 makes a metric).
 
-A reward function declares the keyword arguments it wants (`prompt, completion, answer, state, task, info,
-example_id`, the class objects such as `parser`; `**kwargs` gets all); one declaring a plural (`completions`,
-`states`, ...) or annotated `-> list` is a group function, called once per group. Weight 0 makes it a metric.
-As in verifiers 0.3, `@vf.cleanup` methods run after each rollout is scored, `@vf.teardown` ones at teardown.
-
-Beyond verifiers: a function that raises (or returns NaN / inf) scores 0 for those rollouts and is counted, in
-`error_counts` and `state["reward_errors"]`; a `RubricSetupError` is not contained (a rubric that cannot work at all
-must stop the run, not score zeros).
+A reward function declares the keyword arguments it wants; one declaring a plural (`completions`, `states`, ...) or
+annotated `-> list` is a group function. Beyond verifiers: a function that raises (or returns NaN / inf) scores 0 and is
+counted (`error_counts`, `state["reward_errors"]`); a `RubricSetupError` stops the run instead of scoring zeros.
 """
 
 from __future__ import annotations

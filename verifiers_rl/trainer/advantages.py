@@ -17,14 +17,10 @@ STD_EPS = 1e-4
 
 
 def compute_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: str = "none") -> torch.Tensor:
-    """Advantage of each rollout: its reward minus the mean reward of its group (``rewards`` 1-D, contiguous groups
-    of ``group_size`` rollouts of one prompt).
+    """Each rollout's reward minus its group's mean (``rewards`` 1-D, contiguous groups of ``group_size``).
 
-    ``scale_rewards``:
-      - ``"none"`` (verifiers, prime-rl): ``A = r - mean_group``.
-      - ``"group"`` (TRL): ``A = (r - mean_group) / (std_group + 1e-4)``.
-      - ``"batch"`` (TRL): ``A = (r - mean_group) / (std_batch + 1e-4)``, std over all rewards.
-    Stds are unbiased (Bessel-corrected), as ``torch.std`` and TRL compute them.
+    ``scale_rewards`` divides by nothing (``"none"``: verifiers, prime-rl), the group's std or the batch's std
+    (``"group"`` / ``"batch"``: TRL), plus 1e-4; stds are Bessel-corrected, as ``torch.std`` and TRL.
     """
     if not isinstance(rewards, torch.Tensor):
         raise ValueError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")

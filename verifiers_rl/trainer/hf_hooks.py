@@ -1,17 +1,12 @@
 """Every private transformers / accelerate internal RLTrainer relies on, in this one module.
 
-`missing_hooks()` lists what the installed versions no longer have (a name gone, a parameter renamed); RLTrainer
-then refuses to start in one line, and tests/test_hf_hooks.py catches a release that moves one.
-
-What is used, and why no public hook does it:
-- `Trainer._save_checkpoint` / `_get_output_dir`: checkpoints are written under `<output_dir>/.staging/` and renamed
-  into place whole (checkpoints.save_staged).
-- `Trainer._save`, `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler`, `_load_from_checkpoint`: under
-  FSDP2 applied by sharding.py the unsharded copy is saved and loaded and the optimizer one shard per rank.
-- `Trainer._created_lr_scheduler`, set beside a scheduler built in `create_scheduler` (HF's own flag for "this
-  trainer made it"): the default constant schedule with warmup_steps warms up, as RLConfig documents.
-- `Accelerator.prepare_model` (patched on one accelerator object) and `Accelerator._models`: on a multi-CPU run
-  accelerate wraps every model in DDP; a model FSDP2 already shards is registered and returned as it is.
+`missing_hooks()` lists what the installed versions no longer have; RLTrainer then refuses to start in one line, and
+tests/test_hf_hooks.py catches a release that moves one. Why no public hook does each:
+- `Trainer._save_checkpoint` / `_get_output_dir`: checkpoints are staged and renamed into place whole.
+- `Trainer._save`, `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler`, `_load_from_checkpoint`: FSDP2
+  (sharding.py) saves the unsharded model and the optimizer one shard per rank.
+- `Trainer._created_lr_scheduler`: set beside our scheduler so the default constant schedule honours warmup_steps.
+- `Accelerator.prepare_model` / `_models`: on multi-CPU accelerate wraps every model in DDP; an FSDP2 model is kept.
 """
 
 from __future__ import annotations

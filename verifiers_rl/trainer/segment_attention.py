@@ -1,12 +1,9 @@
 """Attention over prompt-packed rows that computes only the query-key pairs a token may see.
 
-In a packed row (`prefix_packing`) a dense [L, L] attention spends most of its work on pairs the mask throws away.
-Here every segment (the prompt, each continuation) gathers its queries and the keys it sees into a small padded
-block, one fused sdpa call per segment kind: the dense mask's results at the unpacked rows' cost.
-
-It runs as a transformers attention function ("vf_rl_segments") the packed forward switches the config to
-(`segments_attention`), the layout in a context variable: a call without one (another thread's forward, such as
-the local engine's) is plain sdpa.
+Each segment (the prompt, each continuation) gathers its queries and visible keys into a small padded block, one sdpa
+call per segment kind: the dense mask's results at the unpacked rows' cost. Registered as the transformers attention
+function "vf_rl_segments", its layout in a context variable: a call without one (another thread's forward, such as the
+local engine's) is plain sdpa.
 """
 
 

@@ -1,12 +1,9 @@
-"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for RLTrainer, selected the way HF users expect: `fsdp` /
-`fsdp_config={"version": 2}` on RLConfig (`[trainer.args]` in a vf-rl TOML).
+"""FSDP2 (`fully_shard`) for RLTrainer, selected by `fsdp` / `fsdp_config={"version": 2}` on RLConfig.
 
-Why here: on the CPU, transformers' Trainer accepts those settings and then wraps the model in DDP (accelerate keeps
-no FSDP plugin there). When accelerate did not take FSDP itself, `shard_policy` applies `fully_shard` here.
-
-Generation and weight sync never touch the sharded model (a sharded forward all-gathers on every call, and ranks
-generate different numbers of tokens): they use `ShardedPolicy.full`, an unsharded copy on every rank that
-`refresh` updates after each optimizer step.
+Why here: on the CPU transformers accepts those settings and then wraps the model in DDP; when accelerate did not take
+FSDP itself, `shard_policy` shards here. Generation and weight sync use `ShardedPolicy.full`, an unsharded copy on every
+rank refreshed after each optimizer step (a sharded forward all-gathers every call, and ranks generate different numbers
+of tokens).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """One environment of vf-rl's `[env]` / `[[eval.env]]` or vf-eval's command line, classic or verifiers v1, as
-`envs.loading.environment_api` decides (the one decision; `api` = "auto" | "classic" | "v1").
-
-- classic: `load_environment(**args)` of the id's module (`envs.loading.load_environment_or_one_line`);
-- v1: `args` is the v1 env config (docs/environments.md) plus our `max_tasks`, `warm_programs` and `renderer`; a
-  folder id (`./my_taskset`) puts that folder on sys.path.
-
-
-Failures are one line (`EnvironmentLoadError` / `EnvironmentArgsError`), a missing verifiers 0.4 naming
-`uv sync --extra verifiers-v1`.
+`envs.loading.environment_api` decides (`api` = "auto" | "classic" | "v1"). v1 `args` is the v1 env config
+(docs/environments.md) plus our `max_tasks`, `warm_programs` and `renderer`. Failures are one line
+(`EnvironmentLoadError` / `EnvironmentArgsError`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """verifiers v1 episodes → states of ours, and this run's sampling → a v1 `ModelContext`.
 
-A v1 `Trace`'s root→leaf `branches` are the token sequences the engine saw (`token_ids`, `sampled_mask`, the
-sampler's `logprobs`). Each trainable branch becomes one trajectory step of ours (prompt = the tokens before the
-first sampled one, loss mask = the sampled mask), so the batching treats it like any rollout; branches that are not
-one another's prefix (compaction, subagents) train as one sample each. A failed episode or trace keeps its place
-with `error` set (no loss), a dropped one with `dropped` (`rewards.is_dropped`). Seats and multi-agent envs:
-docs/environments.md.
+Each trainable root→leaf branch of a v1 `Trace` becomes one trajectory step (prompt = the tokens before the first
+sampled one, loss mask = `sampled_mask`), so batching treats it like any rollout; branches that are not one another's
+prefix (compaction, subagents) train as one sample each. A failed episode keeps its place with `error` set (no loss).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Harness programs started warm: verifiers' subprocess runtime runs each episode's harness program (a PEP 723
-script) as a fresh Python; here it runs in a child forked from a server that imported its modules once
-(`warm_server.py`, run by the script's own interpreter), so an episode costs a fork instead of an interpreter start.
+"""Harness programs started warm: each episode's program (a PEP 723 script) runs in a child forked from a server that
+imported its modules once (`warm_server.py`), so an episode costs a fork instead of an interpreter start.
 
-`enable()` wraps verifiers' `SubprocessRuntime.run_program` in this process (verifiers' runtime config is a closed
-union, so the switch is ours: `[env] args.warm_programs`); only episodes run inside `in_episode(True, ...)` and only
-the uv-script form of `prepare_uv_script` run warm, anything else as verifiers runs it. The program sees the
-environment, cwd and arguments it would have had, in its own session (cancelling kills its process group).
+`enable()` wraps verifiers' `SubprocessRuntime.run_program` (its runtime config is a closed union, so the switch is
+ours: `[env] args.warm_programs`); only uv-script programs inside `in_episode(True, ...)` run warm.
 """
 
 

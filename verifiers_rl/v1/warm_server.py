@@ -1,14 +1,9 @@
 """A fork server for one harness program (a PEP 723 script a v1 harness runs per episode), run by the script's own
-interpreter: `python warm_server.py SOCKET SCRIPT`. It imports the script's top-level modules once, then forks a
-child per request that runs the script as `__main__` with the request's argv, environment and working directory,
-in its own session (so the caller can kill its process group), its stdout and stderr captured.
+interpreter: `python warm_server.py SOCKET SCRIPT`. Standard library only; the caller's side is `v1/warm_programs.py`.
 
-Why: verifiers' `null` harness starts a fresh Python (importing openai, httpx, anyio) for every episode; a forked
-child starts with them imported, and what a run did lazily the server does before its next fork (`learn`). The
-caller's side is `v1/warm_programs.py`. Standard library only: this file runs in the script's environment.
-
-Protocol, one connection per run: request `{"args": [...], "env": {...}, "cwd": "..."}` + newline; replies
-`{"pid": N}` + newline once the child runs, then `{"exit": code, "stdout": "...", "stderr": "..."}` + newline.
+It imports the script's top-level modules once, then forks a child per request that runs the script as `__main__` with
+the request's argv, env and cwd, in its own session (so the caller can kill its process group). Protocol, one connection
+per run: `{"args", "env", "cwd"}` in; `{"pid"}` once the child runs, then `{"exit", "stdout", "stderr"}`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """RLMEnv: verifiers' "recursive language model" environment, local execution backend (verifiers' classic API).
 
 The root model gets one tool, `call_bash_repl` (or `call_python_repl`): a persistent REPL in the rollout's own folder
-(`state["rlm_fs_root"]`, filled from `info[context_dir_key]` or `info[context_key]`), where root tools (`llm_batch`
-for sub-LLMs, `tools`, `root_tools`) are shell commands or Python functions; sub-LLMs get `tools` + `sub_tools` as
-ordinary tool calls. The answer set in the REPL (`RLM_CONTENT` + `RLM_READY=1`, or `answer["ready"] = True`) is
-`state["final_answer"]` and ends the rollout with no further model call. On the first turn the RLM instructions go
-in front of the first user message; `state["raw_prompt"]` keeps the dataset's prompt.
-
-Failing or timed-out code (the REPL is then restarted, its state lost) comes back to the model as output. The REPL
-runs on this machine only, talking to the environment over a Unix socket in the rollout's folder (no HTTP
-interception server, no tunnel); `execution_backend="sandbox"` (Prime sandboxes) is refused at construction.
+where root tools (`llm_batch` for sub-LLMs, `tools`, `root_tools`) are shell commands or Python functions; sub-LLMs get
+`tools` + `sub_tools` as ordinary tool calls. The answer set in the REPL is `state["final_answer"]` and ends the rollout
+with no further model call. Failing or timed-out code (the REPL restarted) comes back as output. No HTTP interception
+server or tunnel: a Unix socket; `execution_backend="sandbox"` is refused at construction.
 """
 
 from __future__ import annotations

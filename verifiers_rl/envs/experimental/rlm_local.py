@@ -1,11 +1,8 @@
 """RLMEnv's local execution backend: one REPL process per rollout, in the rollout's working folder.
 
-`LocalSession` owns a rollout's folder (`rlm_fs`, the REPL's working directory, and `rlm_control`, the tool
-socket's), the REPL process and the Unix socket over which it calls root tools (wire format: `rlm_worker.py`). The
-REPL is `bash` (each command run through `eval` with stdin from /dev/null, so a syntax error or a command reading
-stdin comes back as output instead of hanging; a marker line carries the exit code and `RLM_READY` /
-`RLM_CONTENT`) or `rlm_worker.py`'s Python REPL. Each leads its own process group, which `stop()` kills. It runs
-model-written code, so in a jail (docs/sandbox.md): no network, the rollout's folder its only writable host folder.
+`LocalSession` owns the folder, the REPL (`bash` or `rlm_worker.py`'s Python REPL, leading its own process group) and
+the Unix socket for root tools. bash runs each command through `eval` with stdin from /dev/null, so a syntax error or a
+command reading stdin comes back as output instead of hanging. Model-written code runs in a jail (docs/sandbox.md).
 """
 
 from __future__ import annotations

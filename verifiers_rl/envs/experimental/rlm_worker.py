@@ -1,19 +1,12 @@
-"""The processes an RLMEnv rollout runs next to the model, standard library only (started as a script, it never
-imports verifiers_rl, so it starts in milliseconds).
+"""The processes an RLMEnv rollout runs next to the model, standard library only (run as a script, it never imports
+verifiers_rl, so it starts in milliseconds).
 
-    python rlm_worker.py tool NAME [ARG ...] [--json [PAYLOAD]] [--lines]   one root-tool call (the shell command
-                                                                            behind each bash tool function)
+    python rlm_worker.py tool NAME [ARG ...] [--json [PAYLOAD]] [--lines]   one root-tool call (behind each bash tool)
     python rlm_worker.py python-repl                                        the persistent Python REPL
 
-Both reach the environment over the rollout's Unix socket ($RLM_TOOL_SOCKET): one JSON line out
-`{"tool", "args", "kwargs"}`, one JSON line back `{"result", "print_lines"}` or `{"error"}`.
-
-Shell tool arguments follow verifiers' bash helper: positional arguments are JSON-decoded when they can be; `--json
-PAYLOAD` (or stdin) is `{"args", "kwargs"}`, an object (keywords), a list (positionals) or a scalar; `--lines`: one
-`llm_batch` prompt per line of stdin.
-
-The Python REPL reads one JSON `{"code"}` per line on stdin, runs it in one namespace (holding `answer`, `extra_data`
-and one function per root tool) and answers one JSON line on its real stdout.
+Both reach the environment over the rollout's Unix socket ($RLM_TOOL_SOCKET), one JSON line each way. Tool arguments
+follow verifiers' bash helper (positionals JSON-decoded when they can be; `--lines`: one `llm_batch` prompt per stdin
+line). The REPL runs each `{"code"}` line in one namespace holding `answer`, `extra_data` and the root tools.
 """
 
 from __future__ import annotations

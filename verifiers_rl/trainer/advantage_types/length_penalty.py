@@ -1,13 +1,10 @@
-"""``advantage.length_penalty`` (grpo): prime-rl's linear length penalty (``[orchestrator.algo] length_penalty``,
-559b447), subtracted from each reward before the group baseline.
-
-Per group of one prompt's rollouts, with ``pass_rate`` the group's mean reward and each quantity divided by the
-group's largest:
+"""``advantage.length_penalty`` (grpo): prime-rl's linear length penalty, subtracted from each reward before the group
+baseline. Per group, each quantity divided by the group's largest:
 
     shaped = reward - pass_rate * (w_out * output / max(output) + w_in * input / max(input) + w_turns * turns / max(turns))
 
-``output``: the model's tokens; ``input``: the tokens it conditioned on but did not write; ``turns``: model turns.
-Scaled by the pass rate, the penalty only ever trades length against correctness the group has.
+``input`` counts the tokens the model conditioned on but did not write. Scaled by the group's pass rate (mean
+reward), the penalty only trades length against correctness the group has.
 """
 
 

@@ -1,17 +1,11 @@
 """The functions of TRL's loss types (``trl_types.py``: their configs and specs).
 
-What stands here for the trainer state TRL's loss reads:
-
-- ``old_per_token_logps``: the sampler's log-probs, so the ratio also corrects the trainer/sampler mismatch; with
-  a sampler correction, the trainer's own, detached (as TRL with vLLM, one update per generation batch), and
-  ``importance_sampling_ratio`` comes from ``sampling_logprobs`` (TRL's ``sampling_per_token_logps``);
-- TRL normalises each micro-batch and divides by ``gradient_accumulation_steps``; here each loss divides by the
-  step's totals over all micro-batches and ranks: ``total_sequences`` (grpo, sapo: the mean over sequences of
-  each sequence's token mean; luspo: of each sequence's token sum), ``total_sequences * max_completion_length``
-  (dr_grpo; ``max_completion_length`` is the run's ``max_tokens``), ``total_loss_tokens`` (dapo, cispo, vespo, as TRL's
-  ``num_items_in_batch``), each micro-batch's own loss tokens over ``total_micro_batches`` (bnpo). On one
-  micro-batch the value is TRL's; over several, TRL's equals it when micro-batches hold equal numbers of
-  sequences (and, for bnpo, of loss tokens).
+Stand-ins for the trainer state TRL's loss reads: ``old_per_token_logps`` is the sampler's log-probs (so the ratio also
+corrects the trainer/sampler mismatch; with a sampler correction, the trainer's own, detached, and
+``importance_sampling_ratio`` comes from ``sampling_logprobs``). TRL normalises per micro-batch and divides by
+``gradient_accumulation_steps``; here each loss divides by the step's totals over all micro-batches and ranks
+(``LossInputs``), so on one micro-batch the value is TRL's, and over several it equals TRL's when micro-batches hold
+equal numbers of sequences (for bnpo, of loss tokens).
 """
 
 from __future__ import annotations
