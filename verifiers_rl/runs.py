@@ -1,10 +1,6 @@
-"""Local runs: a run lives in its output dir (default `outputs/<run_name>`) with a `run.json`:
-
-    {"name", "output_dir", "pid" (the launcher), "status" (starting/running/finished/failed/stopped),
-     "config" (the resolved config, no secrets), "config_files", "started_at", "ended_at", "exit_code",
-     "children" {"trainer": pid}, "servers" [vLLM server pids the trainer started], "detached"}
-
-`vf-rl list / logs / stop / delete` read and update it. Nothing here imports torch.
+"""Local runs: a run lives in its output dir (default `outputs/<run_name>`) with a `run.json` (name, pid, status,
+resolved config without secrets, child and server pids, ...) that `vf-rl list / logs / stop / delete` read and update.
+Nothing here imports torch.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Load an environment by id: a folder path, `verifiers-rl/<name>` (the shipped example only, so an installed module
-cannot replace a bundled config's), or `[owner/]name` (an installed module, then `environments/<name>/`, then the
-shipped example); docs/environments.md gives the order. A module that hides another of the same name is said in one
-line on stderr.
-
-Which verifiers API an environment speaks is decided in ONE function, `environment_api`: "classic"
-(`load_environment(**args)`) or "v1" (a verifiers 0.4 taskset package, loaded by `verifiers_rl.v1`).
+"""Load an environment by id: a folder path, `verifiers-rl/<name>` (the shipped example only) or `[owner/]name` (order:
+docs/environments.md); a module hiding another of the same name is said on stderr. Which verifiers API it speaks,
+"classic" or "v1", is decided in ONE function, `environment_api`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """MultiTurnEnv: model turn, environment response, repeat until a stop condition holds.
 
-verifiers' loop: `env_response` may end the rollout by setting `state["final_env_response"]`; a reply cut by
-max_tokens does NOT end it (the environment's stop conditions do); `timeout_seconds` (verifiers 0.3) bounds its
-wall-clock time, setup included. The rollout's end always runs the cleanups, `render_state` first. Older environment
-code keeps working: an `is_completed(self, messages, state)` override is one more stop condition, and `env_response`
-may return `(messages, state)`, one message dict, or a string.
+verifiers' loop: a reply cut by max_tokens does NOT end it (the stop conditions do); the end always runs the cleanups,
+`render_state` first. Older environment code keeps working: an `is_completed(self, messages, state)` override is one
+more stop condition, and `env_response` may return `(messages, state)`, one message dict, or a string.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Driving a REAL verifiers environment (the optional extra `verifiers-rl[verifiers]`) with verifiers' own runtime.
+"""Driving a REAL verifiers environment (the extra `verifiers-rl[verifiers]`) with verifiers' own runtime.
 
-`envs.rollouts.generate_states` lands here for an environment object of the installed package: verifiers' own
-`run_group` per group, pointed at this run's inference through `real_client`, its outputs turned into state dicts
-shaped like ours so batching, advantages and metrics are one code path (docs/verifiers-runtime.md). What verifiers
-only logs is counted: a raising reward function becomes `reward_errors`, and env code failing on the installed
-release is said once in one line. Nothing here imports `verifiers` at module level.
+Each group runs through verifiers' own `run_group` against this run's inference (`real_client`), its outputs turned into
+state dicts like ours so batching, advantages and metrics are one code path (docs/verifiers-runtime.md). A raising
+reward function, which verifiers only logs, is counted as `reward_errors`. No module-level `verifiers` import.
 """
 
 from __future__ import annotations

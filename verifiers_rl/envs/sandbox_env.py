@@ -1,10 +1,8 @@
-"""SandboxEnv: a StatefulToolEnv with a `bash` tool running in a sandbox made per rollout (verifiers' classic
-signature, state and metrics), on this machine instead of Prime's hosted sandboxes.
+"""SandboxEnv: a StatefulToolEnv with a `bash` tool in a sandbox made per rollout (verifiers' classic signature, state
+and metrics), on this machine instead of Prime's hosted sandboxes.
 
-Each `bash` call is a fresh jail on the rollout's sandbox (its /workspace and /tmp persist), limited by
-`timeout_per_command_seconds`, `memory_gb` and `disk_size_gb`, with `environment_vars` as its only environment;
-`docker_image` is used when a container engine answers, else this machine's tools run in bwrap (`runtime`:
-docs/sandbox.md). The sandbox is deleted after `post_rollout`. Prime's scheduling keywords are accepted and unused.
+Each `bash` call is a fresh jail on the rollout's sandbox (/workspace and /tmp persist), with `environment_vars` as its
+only environment; runtime: docs/sandbox.md. Prime's scheduling keywords are accepted and unused.
 """
 
 from __future__ import annotations

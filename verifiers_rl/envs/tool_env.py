@@ -1,10 +1,8 @@
 """ToolEnv: the model calls Python functions as tools until it answers without calling one (verifiers 0.1.11).
 
-Each tool's schema comes from its signature and docstring (`tool_schema.py`). Each tool call gets one `tool`
-message: the result, or the error (`error_formatter`) when its arguments are not JSON, the tool is unknown or it
-raises. A failing call is counted (`env.tool_errors`) and the rollout goes on, unless the error is one of
-`stop_errors`: then `state["error"]` is a `vf.ToolParseError` / `vf.ToolCallError`. Sync tools run on a worker
-thread so a slow tool does not stall the other rollouts. A `ToolMonitorRubric` adds `<tool>_calls` metrics.
+Each tool call gets one `tool` message, the result or the error; a failing call is counted (`env.tool_errors`) and the
+rollout goes on unless the error is in `stop_errors`. Sync tools run on a worker thread so a slow tool does not stall
+the other rollouts.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The local engine served as an OpenAI-compatible HTTP endpoint on 127.0.0.1, when asked.
+"""The local engine served as an OpenAI-compatible HTTP endpoint on 127.0.0.1, for code that can only take a URL.
 
-For code that can only take a URL (judges, agents, a verifiers `ClientConfig` or v1 `TrainClientConfig`). Routes:
-`POST /v1/chat/completions`, `POST /inference/v1/generate` (`generate_route`), `GET /v1/models` (with
-`max_model_len`), `GET /health`. Bad requests answer 400 with OpenAI's error body, so the openai client raises
-`BadRequestError` as against vLLM. No streaming. Requests run on one private event loop (the engine batches per
-loop), except as `_generate_loop` says.
+Routes: chat completions, `/inference/v1/generate` (`generate_route`), `/v1/models` (with `max_model_len`), `/health`.
+Bad requests answer 400 with OpenAI's error body, so the openai client raises `BadRequestError` as against vLLM. No
+streaming. Requests run on one private event loop (the engine batches per loop), except as `_generate_loop` says.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""A trainer GPU's memory, estimated before launch from the model's shape and the run's settings (the plan prints
-it; the shipped GPU configs are sized by it: tests/test_gpu_plan.py).
+"""A trainer GPU's memory, estimated before launch from the model's shape and the run's settings (the plan prints it;
+the shipped GPU configs are sized by it: tests/test_gpu_plan.py).
 
-Per training GPU, worst case (every sequence at max_seq_len): the weights (LoRA's frozen base, or full fine-tuning's
-16 bytes a parameter with AdamW), the activations kept for the backward (~(12·hidden + 3·intermediate) values per
-token per layer; one hidden state per layer with gradient checkpointing), and a fixed 2.5 GiB (log-prob head, CUDA
-context, allocator slack). A rule of thumb, checked against a real 4B step by benchmarks/gpu_check.py.
+Worst case per GPU (every sequence at max_seq_len): weights and AdamW state, activations kept for the backward, and a
+fixed 2.5 GiB (log-prob head, CUDA context, allocator slack). A rule of thumb, checked by benchmarks/gpu_check.py.
 """
 
 from __future__ import annotations

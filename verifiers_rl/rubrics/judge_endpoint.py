@@ -1,10 +1,8 @@
 """Which endpoint a JudgeRubric calls, said at start, and the one endpoint refused: the policy's own server.
 
-The choice is verifiers' (the `judge_client` passed, else what `AsyncOpenAI()` reads), with VF_JUDGE_BASE_URL /
-VF_JUDGE_API_KEY / VF_JUDGE_MODEL first when set. OPENAI_BASE_URL is often set for the model being trained, so a
-judge that would reach the policy's server through it is refused in one line; one pointed at the policy on purpose
-(a client passed, or VF_JUDGE_BASE_URL) runs, and the start line says so. `check_judges` prints those lines (never a
-key) before anything runs.
+The choice is verifiers' (the `judge_client`, else `AsyncOpenAI()`'s), VF_JUDGE_* first. OPENAI_BASE_URL is often set
+for the model being trained, so a judge reaching the policy's server through it is refused in one line; one pointed
+there on purpose (a client, or VF_JUDGE_BASE_URL) runs and the start line says so.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The persistent Python REPL that runs INSIDE a jail (python_repl.py starts it with `python -I -u -c <this file>`).
 
-Protocol: one JSON object per line on stdin ({"code": ...}); one JSON line back per request on the stdout this
-process started with ({"status", "stdout", "stderr", "result", "execution_count"}), after a first {"ready": true}.
-The cell's fd 1 and 2 point at files in the jail's /tmp, so all its output is captured and none can break the
-protocol; its stdin is /dev/null.
-A trailing expression's repr is the cell's result, as in a notebook. Standard library only.
+One JSON `{"code"}` per stdin line, one JSON reply per request on the process's original stdout. The cell's fd 1 and 2
+point at files in the jail's /tmp, so no output can break the protocol. Standard library only.
 """
 
 import ast

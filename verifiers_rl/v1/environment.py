@@ -1,10 +1,8 @@
 """`V1Environment`: a verifiers v1 env behind the interface the trainer calls on a classic environment.
 
-The dataset is one row per task (`example_id` = its position); one `rollout` is one v1 episode (`env.slots(task, 1)`
-→ `run_slot`: slots are independent, so n rollouts equal verifiers' `slots(task, n)`), and a multi-agent env's carries
-one state per seat (`agent_states`). The rubric is a no-op (v1 tasks score inside their episode), `sampling_args` are
-empty (v1 sampling lives in the agent config), and the run's context limit becomes each seat's `max_total_tokens`
-where its config sets none. The first rollout prints one line naming the API, verifiers version and seats.
+One row per task; one `rollout` is one v1 episode (`slots(task, 1)` → `run_slot`; slots are independent, so n rollouts
+equal `slots(task, n)`), a multi-agent one with a state per seat. The rubric is a no-op (v1 tasks score inside their
+episode) and `sampling_args` are empty (v1 sampling lives in the agent config).
 """
 
 

@@ -1,10 +1,8 @@
 """Where a v1 env's episodes run: its `serving()` held open on a loop thread of its own, and the policy over HTTP.
 
-verifiers' `Env.serving()` is an async context meant to wrap a whole run, but the orchestrator runs each step's
-generation on a loop of its own, so the context lives on a private loop thread here, entered once and left by
-`close()`; each `run_slot` is submitted to that loop. Harness programs reach the policy through verifiers'
-`TrainClient`, which only speaks HTTP: the local engine is served over HTTP, an HTTP policy through
-`inference.generate_proxy`.
+`Env.serving()` is an async context meant to wrap a whole run, but the orchestrator generates each step on a loop of its
+own, so the context lives on a private loop thread, left by `close()`. verifiers' `TrainClient` speaks only HTTP: the
+local engine is served over HTTP, an HTTP policy through `inference.generate_proxy`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""GymEnv: run any gym-style environment (an object with `reset(seed=...)` and `step(action)`) as a multi-turn
-verifiers environment, with verifiers 0.1.11's semantics.
+"""GymEnv: any gym-style environment (`reset(seed=...)`, `step(action)`) as a multi-turn verifiers environment (0.1.11).
 
-One row per episode: `question` is the observation after `reset(seed=seed + i)`, `answer` that seed. Each model turn
-steps the environment with `action_parser(<parsed reply>)`: the reward goes on the trajectory step, its info into
-`extras["gym_info"]`, the observation comes back as a user message, until done/truncated or `max_episode_steps`.
-`EpisodicSumRubric` scores the sum of the step rewards.
+One row per episode (`question`: the observation after `reset(seed=seed + i)`, `answer`: that seed); each turn steps
+with `action_parser(<parsed reply>)` until done/truncated or `max_episode_steps`. `EpisodicSumRubric` sums rewards.
 """
 
 from __future__ import annotations

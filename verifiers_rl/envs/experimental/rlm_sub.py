@@ -1,10 +1,8 @@
 """RLMEnv's sub-LLM plumbing and its metrics (verifiers' semantics, our code).
 
-`llm_batch(prompts)` runs one sub-LLM call per prompt, at most `max_sub_llm_parallelism` at a time, staggered by
-`sub_llm_stagger_ms`. With sub-tools a call loops up to `sub_tool_max_turns` tool turns, then asks once more without
-tools; the answer is the `\\boxed{}` content when there is one, else the whole text, and a failure answers an error
-text. Each sub-LLM turn counts in the metrics, and with `include_sub_llm_in_trajectory` is a trajectory step
-(`extras["is_sub_llm_call"]`).
+`llm_batch(prompts)` runs one sub-LLM call per prompt, bounded and staggered; with sub-tools a call loops up to
+`sub_tool_max_turns` tool turns, then asks once more without tools. The answer is the `\\boxed{}` content when there is
+one, else the whole text; a failure answers an error text.
 """
 
 from __future__ import annotations
