@@ -1,9 +1,5 @@
-"""Where this process serves the model it trains or evaluates: the URLs a judge taken from OPENAI_BASE_URL must
-not reach (rubrics/judge_endpoint.py refuses it there).
-
-Registered by the trainer's vLLM servers and the local engine's endpoint (every model there is the policy), and by
-vf-eval's `--base-url` with the evaluated model's name. Imports nothing of the package, so inference/ and rubrics/
-can both use it.
+"""Where this process serves the model it trains or evaluates: the URLs a judge taken from OPENAI_BASE_URL must not
+reach (rubrics/judge_endpoint.py). Imports nothing of the package, so inference/ and rubrics/ can both use it.
 """
 
 from __future__ import annotations

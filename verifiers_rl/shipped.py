@@ -1,9 +1,6 @@
-"""Files the wheel carries beside the code: the example environments (`examples/`, from the repository's
-`environments/`) and vf-setup's run configs (`config/workspace/configs/vf-rl/`, from `configs/vf-rl/`).
-pyproject's force-include copies them into the package, so nothing at run time reads the source tree.
-
-An editable install runs the code from the source tree with the copies in site-packages (its metadata says where),
-refreshed by `uv run` when `environments/` or `configs/` change (pyproject's [tool.uv] cache-keys).
+"""Files the wheel carries beside the code: the example environments and vf-setup's run configs, copied into the package
+by pyproject's force-include so nothing at run time reads the source tree. An editable install reads the site-packages
+copies, refreshed by `uv run` when `environments/` or `configs/` change ([tool.uv] cache-keys).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Data shapes of verifiers' classic API: messages, tools, model responses, rollout inputs/outputs, State.
 
-Every record is a `dict` subclass with attribute access (`msg["content"]` and `msg.content`), so environment code of
-either style works; nested dicts become records. An unset optional field is not a key (`msg.get("tool_calls", [])`
-is `[]`, as with older verifiers' dicts) but reads as None by attribute (as with verifiers' pydantic messages), and
-`model_dump()` / `model_validate()` exist for code written against those.
+Every record is a `dict` subclass with attribute access, so environment code of either style works. An unset optional
+field is not a key (`msg.get("tool_calls", [])` is `[]`, as older verifiers' dicts) but reads as None by attribute (as
+verifiers' pydantic messages); `model_dump()` / `model_validate()` exist too.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """PythonEnv: SandboxEnv whose one tool is `python`, a persistent Python REPL per rollout (verifiers' classic
-behaviour; replies as `format_cell` shows them).
+behaviour).
 
-The REPL is a long-lived jail on the rollout's sandbox (verifiers_rl.sandbox.python_repl), started on the first call;
-a cell past `timeout_per_command_seconds` restarts it. The jail has no network, so `pip_install_packages` are not
-installed: the ones the jail's Python lacks are named in one line at construction.
+A cell past `timeout_per_command_seconds` restarts the REPL. The jail has no network, so `pip_install_packages` are not
+installed: the ones missing are named in one line at construction.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What trainers and `vf-eval` run: rollouts of dataset rows as scored STATES (tokens kept), not outputs.
 
-verifiers' `run_group` steps, plus what a training run needs: a crash inside environment code (not only a
-`vf.Error`) is recorded in `state["error"]` and counted instead of ending the run, while a dead inference server
-(`ModelServerError`) still ends it; each state carries `tokens` (`envs.turn_tokens`). A real `verifiers` environment
-runs through verifiers' own runtime (`envs.real_runtime`) and gives the same states.
+Beyond verifiers' `run_group`: a crash inside environment code is recorded in `state["error"]` and counted instead of
+ending the run, while a dead inference server (`ModelServerError`) still ends it.
 """
 
 from __future__ import annotations

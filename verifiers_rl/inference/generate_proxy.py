@@ -1,9 +1,7 @@
 """vLLM's `/inference/v1/generate` as verifiers 0.4's `TrainClient` reads it, in front of the run's vLLM servers.
 
-renderers 0.1.x checks each logprob entry's `token` against `"token_id:N"`, but vLLM 0.32/0.33 write only the
-integer `token_id` there; this proxy (127.0.0.1, in the trainer) forwards each request unchanged and adds `token`,
-nothing else. An `X-Session-ID` goes where that session went before (its prefix is cached there), others to the
-least busy server; a connection failure is retried on the next server, an HTTP error passed through as sent.
+renderers 0.1.x checks each logprob entry's `token` against `"token_id:N"`, but vLLM 0.32/0.33 write only `token_id`;
+this proxy adds `token` and nothing else. An `X-Session-ID` goes where its session went (its prefix is cached there).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Run a command, or Python source, in a fresh jail (`run`, `run_python`, `arun`; examples: docs/sandbox.md).
 
-The jail's one writable host folder is `workdir` (a fresh temporary folder, deleted after, when none is given);
-inside it is /workspace. Nothing of this process's environment reaches the jail but what `env` passes. The run
-ends at its time limit, or as soon as its output passes the output limit; every process of the jail ends with it
-(its PID namespace dies with its first process; the process fallback kills its process group).
+The jail's one writable host folder is `workdir`; only `env` reaches its environment. At the time or output limit every
+process of the jail ends (its PID namespace dies with its first process; the fallback kills its process group).
 """
 
 from __future__ import annotations

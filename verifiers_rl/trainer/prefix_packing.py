@@ -1,9 +1,7 @@
 """One forward row per prompt: the rollouts of a group share their prompt, so it is computed once.
 
-Each packed row holds a prompt, then every continuation that follows it. A 4D attention mask (HF's "custom 4D
-attention mask", used as-is by sdpa and eager) lets each continuation see the prompt and itself only, and position
-ids restart at the prompt length, so every token sees exactly what it sees in its own row: same log-probs and
-gradients. `source` maps each original position (b, t) into the packed rows.
+A 4D attention mask lets each continuation see the prompt and itself only, and position ids restart at the prompt
+length, so every token sees exactly what it sees in its own row: same log-probs and gradients.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Training on verifiers **v1** environments (verifiers 0.4.x: `import verifiers.v1`; tasksets, harnesses, envs,
-episodes) with this package's trainer, through an adapter with the classic environment interface: `loading.py`
-(a v1 env from a taskset id / `[env]` config), `serving.py` (the env's `serving()` and the policy over HTTP),
-`episodes.py` (a v1 episode → states of ours), `environment.py` (`V1Environment`, the classic-shaped env).
-
-Nothing here imports `verifiers` at module level: importing this package without verifiers 0.4 loads nothing.
+"""Training on verifiers **v1** environments (verifiers 0.4.x) with this package's trainer, through an adapter with the
+classic environment interface (`V1Environment`). Nothing here imports `verifiers` at module level: importing this
+package without verifiers 0.4 loads nothing.
 """
 
 from __future__ import annotations

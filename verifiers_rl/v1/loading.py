@@ -1,8 +1,5 @@
-"""A verifiers v1 environment from a taskset id or an `[env]` config, ready for a local trainer.
-
-v1 environments are installed packages named by id, configured by verifiers' pydantic config (not
-`load_environment(**kwargs)`): `{"taskset": {"id": ...}, "agent": {...}}` → `vf.resolve_env_config` →
-`vf.load_environment`. Each seat defaults to the `subprocess` runtime and the `null` harness, not verifiers' Prime
+"""A verifiers v1 environment from a taskset id or an `[env]` config (`vf.resolve_env_config` → `vf.load_environment`),
+ready for a local trainer. Each seat defaults to the `subprocess` runtime and the `null` harness, not verifiers' Prime
 sandbox (docs/environments.md, "Defaults that differ from verifiers'").
 """
 

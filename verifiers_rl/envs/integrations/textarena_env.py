@@ -1,9 +1,7 @@
-"""TextArenaEnv: a single-player TextArena game (Wordle by default) as a multi-turn environment, with
-verifiers 0.1.11's semantics.
+"""TextArenaEnv: a single-player TextArena game (Wordle by default) as a multi-turn environment (verifiers 0.1.11).
 
-A row's answer is a seeded secret word; each rollout plays a copy of the game with it as the secret, one parsed
-`<guess>` per turn, the feedback (through `feedback_fn`) coming back as a user message. `textarena` and `nltk` are
-imported when the first environment is built.
+A row's answer is a seeded secret word; each turn's parsed `<guess>` gets the game's feedback as a user message.
+`textarena` and `nltk` are imported when the first environment is built.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""``advantage.type = "max_rl"``: Maximum-likelihood RL (arXiv:2602.02710; prime-rl's ``[orchestrator.algo] type =
-"max_rl"``, 559b447).
+"""``advantage.type = "max_rl"``: Maximum-likelihood RL (arXiv:2602.02710; prime-rl's ``max_rl``). No keys.
 
-``A_i = (r_i - mean(r)) / mean(r)`` (0 for the group when mean(r) <= 0): with binary rewards a prompt solved with
-probability p weighs ~1/p, giving the gradient of the maximum-likelihood objective truncated at order
-``group_size``. Meant for non-negative rewards. No keys.
+``A_i = (r_i - mean(r)) / mean(r)`` (0 when mean(r) <= 0): with binary rewards a prompt solved with probability p weighs
+~1/p, the gradient of the maximum-likelihood objective truncated at order ``group_size``.
 """
 
 
