@@ -86,9 +86,8 @@ def __dir__() -> list[str]:
     return sorted(list(globals()) + __all__)
 
 
-# `import verifiers` inside environment code answers with this package or the real one: the hook is installed
-# here and decides on the first such import, or `load_environment` decides with the environment's own
-# requirements (see verifiers_runtime).
+# `import verifiers` in environment code answers with this package or the real one: the hook installed here decides
+# on the first such import, unless `load_environment` decided first (see verifiers_runtime).
 def _install_runtime_hook() -> None:
     from verifiers_rl import verifiers_runtime
 

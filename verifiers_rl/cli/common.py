@@ -10,9 +10,8 @@ from verifiers_rl.verbosity import debug, quiet_library_bars, take_debug_flag
 
 __all__ = ["NAMES", "fail", "note_offline_hub", "program_name", "quiet_library_bars", "take_debug_flag"]
 
-# Each console script's historical name -> the name no verifiers release installs (pyproject's [project.scripts]
-# has both). verifiers installs vf-eval (0.2.1-0.4), vf-setup and vf-install (0.2.1-0.3.x) too: in a venv with it,
-# bin/vf-eval is whichever package was installed last.
+# Each console script's historical name -> the name no verifiers release installs: verifiers installs vf-eval,
+# vf-setup and vf-install too, and in a venv with both, bin/vf-eval is whichever package was installed last.
 NAMES = {"vf-rl": "vfrl", "vf-eval": "vfrl-eval", "vf-sft": "vfrl-sft", "vf-tiny-model": "vfrl-tiny-model",
          "vf-setup": "vfrl-setup", "vf-install": "vfrl-install"}
 # The distributions known to install console scripts of our names (read only when a historical name runs: scanning

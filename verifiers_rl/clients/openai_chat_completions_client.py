@@ -1,9 +1,8 @@
-"""`OpenAIChatCompletionsClient`: the `vf.Client` over any AsyncOpenAI-compatible object (a real AsyncOpenAI,
-a vLLM server's client, or this package's in-process engine).
+"""`OpenAIChatCompletionsClient`: the `vf.Client` over any AsyncOpenAI-compatible object (this package's engine too).
 
-Requests ask for token ids and logprobs (vLLM's `return_token_ids`) so every step can be trained on; a hosted API
-that refuses them is asked again without, from then on. A dead server raises `ModelServerError`, NOT a `vf.Error`:
-it ends the run instead of failing each rollout quietly.
+Requests ask for token ids and logprobs (vLLM's `return_token_ids`); a hosted API that refuses them is asked again
+without, from then on. A dead server raises `ModelServerError`, NOT a `vf.Error`: it ends the run instead of failing
+each rollout quietly.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Environment: a dataset of tasks, a harness that runs the model on them, and a rubric that scores them.
 
 The classic verifiers API with verifiers' semantics: `rollout(...) -> State` is the harness (MultiTurnEnv implements
-it); running many is `generation.py`'s. `@vf.stop` / `@vf.cleanup` / `@vf.teardown` methods are collected once per
-instance, highest priority first, ties by name; as in verifiers 0.3, `cleanup(state)` runs however a rollout ends.
-Trainers call `envs.rollouts.generate_states`, which keeps the states (tokens included) instead of outputs.
+it). `@vf.stop` / `@vf.cleanup` / `@vf.teardown` methods are collected once per instance, highest priority first, ties
+by name; as in verifiers 0.3, `cleanup(state)` runs however a rollout ends.
 """
 
 from __future__ import annotations

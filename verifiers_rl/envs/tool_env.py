@@ -60,7 +60,6 @@ class ToolEnv(MultiTurnEnv):
         self.add_rubric(self.tool_monitor_rubric)
 
     def _should_stop_for_error(self, err: Exception) -> bool:
-        """Whether `err` is one of `stop_errors` (ends the rollout instead of going back to the model)."""
         return any(isinstance(err, kind) for kind in self.stop_errors)
 
     # --- the tool set ---------------------------------------------------------------------------------

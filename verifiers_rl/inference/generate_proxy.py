@@ -131,7 +131,6 @@ class JSONHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def _request(self) -> tuple[str, bytes]:
-        """The route (no query, no trailing slash) and the body."""
         length = int(self.headers.get("Content-Length") or 0)
         return self.path.split("?")[0].rstrip("/"), self.rfile.read(length) if length else b""
 

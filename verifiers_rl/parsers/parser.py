@@ -23,7 +23,6 @@ class Parser:
     def parse(self, text: str) -> Any:
         return self.extract_fn(text)
 
-    # --- message helpers (messages may be dicts or objects with attributes) ---
     def _message_field(self, message: Any, field: str, default: Any = None) -> Any:
         if isinstance(message, dict):
             return message.get(field, default)

@@ -15,7 +15,6 @@ _WARNING = (
 
 
 def _well_formed(text: str) -> bool:
-    """One <think>...</think> block opening the text, with something after it."""
     return (text.strip().startswith("<think>") and text.count("<think>") == 1
             and text.count("</think>") == 1 and len(text.rsplit("</think>", 1)[1]) > 0)
 

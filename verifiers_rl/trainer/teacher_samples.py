@@ -1,8 +1,7 @@
 """A teacher's scored rollouts → training samples for ``training_mode = "sft"``.
 
-Each rollout's messages are rendered with the POLICY's chat template, so any teacher works (another tokenizer, a
-hosted API without token ids). Loss tokens are the span each assistant turn adds to the rendering before it; dropped
-rollouts and, with ``min_reward``, those scoring below it keep their place with no loss tokens.
+Messages are rendered with the POLICY's chat template, so any teacher works (another tokenizer, a hosted API without
+token ids); loss tokens are the span each assistant turn adds to the rendering before it.
 """
 
 

@@ -1,8 +1,7 @@
 """Python callables → tool definitions (`vf.Tool`: name, description, JSON-schema parameters).
 
-The schema is what verifiers 0.1.11 shows a model for the same function: a pydantic model `<func>_args` from the
-type hints, parameters described from the docstring (Google, Sphinx or NumPy style), made "strict" as OpenAI's
-function calling expects. `skip` leaves out parameters the environment injects itself.
+The schema is what verifiers 0.1.11 shows a model for the same function: a pydantic model from the type hints,
+parameters described from the docstring (Google, Sphinx or NumPy style), made "strict" as OpenAI expects.
 """
 
 

@@ -62,7 +62,6 @@ class V1Environment:
         self._announced = False
         self._lock = threading.Lock()
 
-    # --- the dataset the trainer's data order indexes ------------------------------------------------------
     def _rows(self, tasks: list[Any], n: int | None, split: str) -> Any:
         from datasets import Dataset
 
@@ -76,7 +75,6 @@ class V1Environment:
     def get_eval_dataset(self, n: int = -1, seed: int | None = None) -> Any:
         return self._rows(self.eval_tasks, n, "eval")
 
-    # --- rollouts -------------------------------------------------------------------------------------
     def _limit(self, max_seq_len: int | None) -> None:
         """The run's context limit on each seat whose config has no `max_total_tokens` of its own."""
         if max_seq_len is None:

@@ -32,9 +32,8 @@ def require_v1() -> Any:
         vf = _checked = importlib.import_module("verifiers.v1")
     root = sys.modules.get("verifiers")
     if root is not None and getattr(root, "v1", None) is not vf:
-        # Our classic root (`verifiers` answered by verifiers_rl) has this package, verifiers_rl.v1, as its `v1`
-        # attribute once it is imported, and `import verifiers.v1 as vf` in v1 code reads that attribute: point it
-        # at the real verifiers.v1 (modules here import verifiers_rl.v1.* by name, never through the attribute).
+        # Our classic root's `v1` attribute is verifiers_rl.v1 once imported, and `import verifiers.v1 as vf` reads
+        # that attribute: point it at the real one (modules here import verifiers_rl.v1.* by name).
         root.v1 = vf
     return vf
 

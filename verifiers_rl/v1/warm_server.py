@@ -136,10 +136,8 @@ def learned_lines(modules_before: set, unbuilt_before: set) -> list[str]:
             + memo_lines())
 
 
-# --- memoised functions: what a run's `functools.lru_cache` functions computed, the server computes too -------------
-# An SDK memoises per process what it derives from its types (openai's TypeAdapters), which each child would pay
-# again. In a child, `_Memo` records the cache misses with a type among their arguments (independent of the run's
-# environment) and the server replays them before its next fork, unless their arguments do not pickle (small).
+# SDKs memoise per process what they derive from types (openai's TypeAdapters), which each child would pay again: a
+# child's `_Memo` records lru_cache misses with a type argument, and the server replays them before its next fork.
 
 _MEMOS: dict = {}  # "module:name" → the original lru_cache function
 _memo_missed: list = []  # (key, args, kwargs) of the calls a child's run missed

@@ -1,9 +1,8 @@
-"""MCPEnv: a ToolEnv whose tools come from MCP servers started over stdio (the `mcp` extra), verifiers' classic
-signature.
+"""MCPEnv: a ToolEnv whose tools come from MCP servers started over stdio (the `mcp` extra; verifiers' classic API).
 
-The servers start once, with the environment, and serve every rollout (verifiers means them for global, read-only
-tool servers); their sessions live on a background event loop of their own, so calls from any loop reach them. They
-are the environment's own programs, not model code, so they run as plain processes, not in the jail.
+The servers start once and serve every rollout (verifiers means them for global, read-only tool servers), their sessions
+on a background loop of their own so any loop reaches them. They are the environment's own programs, not model code, so
+they run as plain processes, not in the jail.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""ReasoningGymEnv: reasoning-gym's procedurally generated tasks as a single-turn environment, with verifiers
-0.1.11's semantics.
+"""ReasoningGymEnv: reasoning-gym's procedurally generated tasks as a single-turn environment (verifiers 0.1.11).
 
-`gym` names one reasoning-gym dataset or lists several (names or `DatasetSpec` dicts) mixed into a composite. A row's
-answer is its entry's index and its task the entry's source dataset; the reward is reasoning-gym's own
-`score_answer` of the parsed `<answer>`. `reasoning_gym` is imported when the first environment is built.
+`gym` names one dataset or several mixed into a composite. A row's answer is its entry's index; the reward is
+reasoning-gym's own `score_answer` of the parsed `<answer>`. `reasoning_gym` is imported at the first construction.
 """
 
 from __future__ import annotations

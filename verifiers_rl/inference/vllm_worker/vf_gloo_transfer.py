@@ -1,9 +1,7 @@
-"""Runs inside a vLLM server (not the trainer): a "gloo" weight-transfer backend for vLLM's native weight-transfer
-protocol (`/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`, `/finish_weight_update`).
+"""Runs inside a vLLM server (only torch and vLLM): a "gloo" backend for vLLM's native weight-transfer protocol.
 
 vLLM's built-in backends need CUDA; this one broadcasts the same weights over a gloo (TCP) group from rank 0 (the
-trainer), so the protocol also runs on CPU servers. `vf_worker_extension` imports it, registering the backend
-before vLLM builds its engine. Wire format: `vf_weight_wire`. Imports only torch and vLLM (the server's venv).
+trainer), so the protocol also runs on CPU servers. Wire format: `vf_weight_wire`.
 """
 
 from __future__ import annotations

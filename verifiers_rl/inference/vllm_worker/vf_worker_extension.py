@@ -1,9 +1,8 @@
-"""Runs inside the vLLM servers the trainer launches (`--worker-extension-cls vf_worker_extension.VFWorkerExtension`,
-this folder on PYTHONPATH); needs only vLLM and torch, so it runs in the server's own venv.
+"""Runs inside the vLLM servers the trainer launches (`--worker-extension-cls`), needing only vLLM and torch.
 
-Importing it registers the "gloo" weight-transfer backend (`vf_gloo_transfer`). `vf_refresh_tied_head`: on CPU,
-vLLM keeps a packed copy of the output head for its GEMM kernels, and a tied head is never loaded by name, so after
-a weight update that copy holds the old embeddings until rebuilt.
+Importing it registers the "gloo" weight-transfer backend. `vf_refresh_tied_head`: on CPU vLLM keeps a packed copy of
+the output head for its GEMM kernels, and a tied head is never loaded by name, so a weight update leaves that copy
+holding the old embeddings until rebuilt.
 """
 
 from __future__ import annotations
