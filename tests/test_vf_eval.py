@@ -212,7 +212,7 @@ def test_an_eval_config_with_two_environments_evaluates_each(tiny_model_dir, tmp
     config.write_text(f'model = "{tiny_model_dir}"\nnum_examples = 2\nrollouts_per_example = 1\nmax_tokens = 8\n'
                       '[[eval]]\nid = "reverse-text"\nname = "rt"\nargs = {dataset_source = "offline"}\n'
                       '[[eval]]\nenv_id = "wordle"\nnum_examples = 1\n')
-    code, stderr = vf_eval_here(monkeypatch, capsys, config, "-o", tmp_path / "out.jsonl")
+    code, stderr = vf_eval_here(monkeypatch, capsys, config, "-o", tmp_path / "out.jsonl", "-S", '{"min_tokens": 1}')
     assert code == 0, stderr[-2000:]
     assert [len((tmp_path / f).read_text().splitlines()) for f in ("out-rt.jsonl", "out-wordle.jsonl")] == [2, 1]
     assert "rt ·" in stderr and "wordle ·" in stderr  # each evaluation's summary table
