@@ -61,6 +61,8 @@ def test_prime_rls_sft_config_translates_with_its_defaults(tmp_path, capsys):
     # prime-rl's optimizer and schedule defaults, and [ckpt] without an interval: at the end only
     assert (t.weight_decay, t.max_grad_norm, t.lr_scheduler_type, t.save_steps) == (0.01, 1.0, "constant", 100)
     assert t.output_dir == "o" and not t.use_lora  # the command line's vf-sft keys apply on top
+    short = validate_sft_config(load(tmp_path, PRIME_SFT, "--trainer.max-steps", "3")).trainer
+    assert (short.max_steps, short.save_steps) == (3, 3)  # the end of the run the command line sized
     err = capsys.readouterr().err
     assert "prime-rl SFT config: translated for vf-sft; set aside (they size or place the hosted run): " \
            "deployment, eval" in err

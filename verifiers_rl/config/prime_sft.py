@@ -116,16 +116,17 @@ def translate(raw: dict[str, Any]) -> dict[str, Any]:
     for key in DATA_SET_ASIDE:
         data.pop(key, None)
     _rest("data.", data)
-    if raw.get("max_steps") is not None:
-        trainer["max_steps"] = raw.pop("max_steps")
-    raw.pop("max_steps", None)
+    max_steps = raw.pop("max_steps", None)
+    if max_steps is not None:
+        trainer["max_steps"] = max_steps
     _optimizer(raw, trainer)
-    ckpt = dict(raw.pop("ckpt", None) or {})
-    trainer["save_steps"] = ckpt.pop("interval", None) or trainer.get("max_steps", 500)  # none: at the end only
     val = _val(raw)
     if val is not None:
         out["val"] = val
     trainer.update(own)
+    ckpt = dict(raw.pop("ckpt", None) or {})
+    # no interval: at the end only (of the run as the command line sizes it too; vf-sft's default is 500 steps)
+    trainer.setdefault("save_steps", ckpt.pop("interval", None) or trainer.get("max_steps", 500))
     aside = sorted([k for k in raw if k in SET_ASIDE] + [f"ckpt.{k}" for k in ckpt])
     _rest("", {k: v for k, v in raw.items() if k not in SET_ASIDE})
     print("prime-rl SFT config: translated for vf-sft" + (f"; set aside (they size or place the hosted run): "
