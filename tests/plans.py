@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifiers_rl.config.trainer_args import build_rl_config
+from verifiers_rl.config.resolution import build_rl_config
 from verifiers_rl.config.validation import rl_config_kwargs
 from verifiers_rl.plan.launch import RunPlan, plan_launch
 

@@ -17,6 +17,7 @@ import pytest
 from verifiers_rl.cli import rl as rl_cli
 from verifiers_rl.config import hosted
 from verifiers_rl.config.loading import ConfigError, load_env_files, parse_args, read_env_file
+from verifiers_rl.config.resolution import config_format
 from verifiers_rl.config.schema import resolve_run, validate_run_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -765,7 +766,7 @@ def load_hosted(tmp_path: Path, text: str) -> dict:
 def test_hosted_examples_translate(name, tmp_path):
     text, expected = HOSTED_EXPECTED[name]
     raw = load_hosted(tmp_path, text)
-    assert hosted.is_hosted(raw)
+    assert config_format(raw) == "prime-rl"
     native, origin = hosted.translate(raw)
     if "env_file" in expected:
         expected = {**expected, "env_file": [p.replace("<dir>", str(tmp_path.resolve())) for p in expected["env_file"]]}
@@ -881,7 +882,7 @@ def test_dry_run_every_config_and_round_trip(path, tmp_path, capsys):
     from verifiers_rl.config.schema import rl_field_info
 
     info = rl_field_info()
-    from verifiers_rl.config.composition import RENAMED
+    from verifiers_rl.config.resolution import RENAMED
 
     deprecated = {old.rsplit(".", 1)[1] for old in RENAMED}  # unset: not written
     missing = [n for n in info.own if n not in args and n not in ("per_device_train_batch_size", *deprecated)]

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from verifiers_rl.cli import rl as rl_cli
-from verifiers_rl.config.composition import apply_env_vars, redact_argv
-from verifiers_rl.config.loading import ConfigError, parse_args
+from verifiers_rl.config.loading import ConfigError, apply_env_vars, parse_args, redact_argv
 from verifiers_rl.config.schema import resolve_run
 
 BASE_TOML = 'model = "m"\n[env]\nid = "reverse-text"\n[trainer.args]\nmax_steps = 3\nlearning_rate = 0.1\n'

@@ -302,7 +302,7 @@ def test_a_vllm_outside_the_supported_range_is_one_line_at_launch(tmp_path):
 
 # --- one decision, one place: the GPU layout, what 'auto' means, a server already running -------------------------
 def _run_cfg(**sections):
-    from verifiers_rl.config.validation import validate_run_config
+    from verifiers_rl.config.resolution import validate_run_config
 
     return validate_run_config({"model": "m", "env": {"id": "reverse-text"}, **sections})
 

@@ -389,7 +389,7 @@ def test_a_run_builds_its_loss_and_estimator_once(tiny_model_dir, tmp_path, monk
 def test_a_setting_error_names_its_key_without_reading_the_message(tmp_path, monkeypatch):
     """RLConfig's checks, the loss/estimator configs' own, and a config from outside the package that raises a plain
     ValueError: vf-rl's `trainer.args.<key>:` comes from the error's key (SettingError), never its text."""
-    from verifiers_rl.config.trainer_args import build_rl_config
+    from verifiers_rl.config.resolution import build_rl_config
     from verifiers_rl.errors import ConfigError, SettingError
 
     (tmp_path / "quiet_objectives.py").write_text(CUSTOM.replace(

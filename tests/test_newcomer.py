@@ -157,7 +157,7 @@ def test_an_environment_with_only_an_eval_dataset_is_one_line_before_training(ti
     warm-up (`env.id: ...`, a config error: exit 2), a notebook's RLTrainer before it starts (verifiers' own 'dataset is not set'
     came from deep inside)."""
     import verifiers_rl as vf
-    from verifiers_rl.config.validation import validate_run_config
+    from verifiers_rl.config.resolution import validate_run_config
     from verifiers_rl.launching.pipeline import _training_envs
 
     def eval_only(*_a, **_k):

@@ -13,6 +13,7 @@ import pytest
 from verifiers_rl.cli import rl as rl_cli
 from verifiers_rl.config import hosted, prime_train
 from verifiers_rl.config.loading import ConfigError, parse_args
+from verifiers_rl.config.resolution import config_format
 from verifiers_rl.config.schema import resolve_run
 from verifiers_rl.trainer.advantage_types.length_penalty import LengthPenaltyConfig
 from verifiers_rl.trainer.typed_table import resolve_advantage
@@ -141,8 +142,8 @@ def load(tmp_path: Path, text: str, *override: str) -> tuple[dict, dict]:
 
 def translated(tmp_path: Path, text: str, *override: str) -> dict:
     raw, _ = load(tmp_path, text, *override)
-    assert hosted.is_hosted(raw) and prime_train.is_prime_train(raw)
-    return hosted.translate(raw)[0]
+    assert config_format(raw) == "prime-train"
+    return prime_train.translate(raw)[0]
 
 
 def test_a_one_seat_v1_config_translates_onto_the_same_run(tmp_path, capsys):

@@ -2,10 +2,9 @@
 receive the setting (its table, its type, or the config built from it), in the order it enters them. A module
 entered again from another one after the setting left it is a return; calls inside a module are not crossings.
 
-In vf-rl's process: `config/loading.py` (the TOML and the command line) → `value_check.py` ([trainer.args]'s
-types: a table) → `trainer/typed_table.py` (the type's spec, its keys → its config) → the type's own module (its
-config checks its values, when it has checks). In the trainer: `typed_table` → the type's module → the function
-at the step.
+In vf-rl's process: `config/loading.py` (the TOML and the command line) → `trainer/typed_table.py` (the type's
+spec, its keys → its config) → the type's own module (its config checks its values, when it has checks). In the
+trainer: `typed_table` → the type's module → the function at the step.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def test_vf_rl_reads_the_type_in_four_modules_without_returning(section):
     path = Path_(value, config_class)
     argv = ["@", str(REPO / "configs/vf-rl/reverse-text.toml"), f"--trainer.args.{section}.type", value]
     run, _ = path.follow(lambda: load_run(argv, check_environments=False, preview=True))
-    assert path.entered == ["config.loading", "value_check", "trainer.typed_table", *own], path.entered
+    assert path.entered == ["config.loading", "trainer.typed_table", *own], path.entered
     assert not path.returns and len(path.entered) <= 4
     assert run.rl_kwargs[section] == {"type": value}
 
@@ -96,15 +95,15 @@ class Holding(Path_):
 
 
 def test_the_config_that_holds_the_loss_passes_each_module_once():
-    """Counted as the merged config that holds it (the issue's first walk, 11 modules and 12 returns then): each
-    stage of vf-rl's resolution once, in order, none entered again."""
+    """Counted as the merged config that holds it (the issue's first walk, 11 modules and 12 returns then): read
+    (config/loading.py), resolved into a run (config/resolution.py: shorthands, format, sections, RLConfig), built
+    (typed_table), checked by its type; none entered again. A hosted file also passes its translator."""
     path = Holding("dapo", "DAPOLossConfig")
     argv = ["@", str(REPO / "configs/vf-rl/reverse-text.toml"), "--trainer.args.loss.type", "dapo"]
     path.follow(lambda: load_run(argv, check_environments=False, preview=True))
-    assert path.entered == ["config.resolution", "config.loading", "config.composition", "config.hosted",
-                            "config.prime_train", "config.validation", "config.trainer_args", "value_check",
-                            "trainer.typed_table", "trainer.losses.trl_types"], path.entered
-    assert not path.returns
+    assert path.entered == ["config.resolution", "config.loading", "trainer.typed_table",
+                            "trainer.losses.trl_types"], path.entered
+    assert not path.returns and len(path.entered) <= 4
 
 
 @pytest.mark.integration  # trains in-process under a profile hook: many seconds

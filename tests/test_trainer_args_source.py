@@ -78,7 +78,7 @@ def test_the_source_reader_rebuilds_an_enum_and_gives_up_on_what_it_does_not_rea
 
 def test_the_preview_keeps_rlconfigs_own_checks_and_values(tmp_path):
     from verifiers_rl.config.loading import ConfigError
-    from verifiers_rl.config.trainer_args import build_rl_config
+    from verifiers_rl.config.resolution import build_rl_config
 
     kwargs = dict(output_dir=str(tmp_path / "run"), batch_size=8, rollouts_per_example=4, micro_batch_size=4,
                   max_seq_len=128, weight_decay=0.1, loss={"type": "dapo"})

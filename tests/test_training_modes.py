@@ -22,7 +22,8 @@ import torch
 
 import verifiers_rl as vf
 from verifiers_rl.config.loading import ConfigError
-from verifiers_rl.config.validation import rl_config_kwargs, teacher_problem, validate_run_config
+from verifiers_rl.config.resolution import validate_run_config
+from verifiers_rl.config.validation import rl_config_kwargs, teacher_problem
 from verifiers_rl.trainer.distill_loss import (DistillInputs, finish_teacher_kl, full_vocab_kl, opd_loss,
                                                sft_loss, teacher_kl_metrics)
 from verifiers_rl.trainer.loss import LossConfig

@@ -117,7 +117,7 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
 
     try:
         _, _, early = split_argv(argv)
-        from verifiers_rl.config.composition import apply_env_vars, redact_argv
+        from verifiers_rl.config.loading import apply_env_vars, redact_argv
 
         apply_env_vars(early.get("env_vars", []))  # -e VAR[=value], --wandb-api-key: this run and its children
         if early.get("gpus") is not None and not early.get("dry_run"):

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from verifiers_rl.config import hosted, prime_train_table
+from verifiers_rl.config import hosted, prime_train_table, resolution
 from verifiers_rl.config.sections import (
     EnvSection, EvalEnvSection, EvalSection, InferenceSection, RunConfig, TeacherSection, TinyModelSection,
     TrainerSection, WarmupSection, describe_type,
@@ -291,8 +291,8 @@ The configs written for `prime rl run config.toml` (a top-level `model = "..."` 
 refuses them as "shared LoRA" configs) translate as before, with one warning.
 
 **Detection.** A config is in the hosted format when it has a hosted-only top-level key
-({", ".join(f"`{k}`" for k in hosted.HOSTED_ONLY_KEYS)}), or an `[[env]]` array whose entries have no `ratio`,
-and none of the vf-rl sections ({", ".join(f"`[{k}]`" for k in hosted.VF_RL_ONLY_KEYS)}). Mixing both formats in
+({", ".join(f"`{k}`" for k in resolution.HOSTED_ONLY_KEYS)}), or an `[[env]]` array whose entries have no `ratio`,
+and none of the vf-rl sections ({", ".join(f"`[{k}]`" for k in resolution.VF_RL_ONLY_KEYS)}). Mixing both formats in
 one config is an error naming the first hosted key. Command-line overrides use the hosted keys
 (`--max-steps 20`, `--sampling.temperature 0.7`, `--env.0.args '{{"split": "train"}}'`).
 

@@ -22,10 +22,6 @@ from verifiers_rl.config.sections import Section, TeacherSection, one_line
 PROMPT_BUDGET = 512
 DEFAULT_EVAL_INTERVAL = 100
 
-HOSTED_ONLY_KEYS = ("name", "max_steps", "batch_size", "rollouts_per_example", "learning_rate", "lora_alpha",
-                    "oversampling_factor", "max_async_level", "trajectory_strategy", "sampling", "val", "buffer",
-                    "wandb")
-VF_RL_ONLY_KEYS = ("trainer", "inference", "tiny_model", "warmup")
 RETIRED_WARNING = ("warning: this is the `prime rl` config format (a top-level model = \"...\" and [[env]]), which "
                    "the prime CLI retired: `prime train` takes prime-rl's own config (docs/hosted.md); translated "
                    "as before")
@@ -153,34 +149,6 @@ MAPPING: list[Rule] = [
 ]
 
 
-def is_prime_sft(raw: dict[str, Any]) -> bool:
-    """prime-rl's SFT config (config/prime_sft.py): a `[model]` table (vf-sft and vf-rl name the model as a string)
-    without prime-rl's RL `[orchestrator]`."""
-    return isinstance(raw.get("model"), dict) and "orchestrator" not in raw
-
-
-def is_hosted(raw: dict[str, Any]) -> bool:
-    """True for a hosted-format config (`prime train`'s or the retired `prime rl` one); an error for one that mixes
-    the `prime rl` format with vf-rl's."""
-    if prime_train.is_prime_train(raw):
-        return True
-    if is_prime_sft(raw):
-        raise ConfigError("model: a table, without [orchestrator]: this is prime-rl's SFT config, which vf-sft trains "
-                          "(vf-sft @ the same file); vf-rl trains RL")
-    hosted_keys = [k for k in HOSTED_ONLY_KEYS if k in raw]
-    env = raw.get("env")
-    hosted_env = isinstance(env, list) and all(isinstance(e, dict) and "ratio" not in e for e in env)
-    vf_keys = [k for k in VF_RL_ONLY_KEYS if k in raw]
-    if hosted_keys and vf_keys:
-        k = hosted_keys[0]
-        where = {"name": "trainer.args.run_name", "sampling": "trainer.args.max_tokens / temperature",
-                 "val": "trainer.args.eval_steps", "wandb": "trainer.args.wandb", "buffer": "trainer.args"}.get(
-                     k, f"trainer.args.{k}")
-        raise ConfigError(f"{k}: a hosted-format key in a vf-rl config (it has [{vf_keys[0]}]); use one format "
-                          f"(in vf-rl: {where})")
-    return bool(hosted_keys) or (hosted_env and not vf_keys)
-
-
 def _validate(raw: dict[str, Any]) -> HostedConfig:
     raw = dict(raw)
     if isinstance(raw.get("env"), dict):
@@ -232,9 +200,7 @@ def _eval(e: HostedEval, origin: dict[str, str]) -> dict[str, Any]:
 
 
 def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Hosted raw config → (vf-rl raw config, origin: vf-rl key path → hosted key path)."""
-    if prime_train.is_prime_train(raw):
-        return prime_train.translate(raw)
+    """A retired-format raw config → (vf-rl raw config, origin: vf-rl key path → hosted key path)."""
     h = _validate(raw)
     print(RETIRED_WARNING, file=sys.stderr, flush=True)
     o = prime_train.Translation()

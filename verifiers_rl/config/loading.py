@@ -6,6 +6,7 @@ rules: docs/configuration.md#loading-rules (tested in tests/test_cli_config.py).
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from verifiers_rl.errors import ConfigError  # noqa: F401  (defined with the oth
 
 # Options of the command itself, not config keys.
 RUN_OPTIONS = ("dry-run", "output-dir", "detach", "allow-cpu", "gpus", "gpu-memory-gb", "clean-output-dir")
-# Options that put a variable into the run's environment (config/composition.py; values never logged).
+# Options that put a variable into the run's environment (`apply_env_vars`; values never logged).
 ENV_OPTIONS = ("-e", "--env-var", "--wandb-api-key")
 
 
@@ -282,3 +283,32 @@ def load_env_files(paths: list[str], environ: Any = None) -> list[str]:
             environ.setdefault(k, v)
             names.append(k)
     return names
+
+
+def apply_env_vars(items: list[str], environ: Any = None) -> list[str]:
+    """`-e VAR=value` sets VAR for this run and its children; `-e VAR` requires it set already. Returns the names."""
+    environ = os.environ if environ is None else environ
+    names = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not name or not name.replace("_", "").isalnum() or name[0].isdigit():
+            raise ConfigError(f"-e {name or item!r}: not a variable name (use -e VAR or -e VAR=value)")
+        if sep:
+            environ[name] = value
+        elif name not in environ:
+            raise ConfigError(f"-e {name}: not set in this environment; export it, or give -e {name}=value")
+        names.append(name)
+    return names
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """argv as run.json records it: the values of -e VAR=value and --wandb-api-key replaced by ***."""
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        prev = argv[i - 1] if i else ""
+        if prev == "--wandb-api-key":
+            a = "***"
+        elif prev in ("-e", "--env-var") and "=" in a:
+            a = a.split("=", 1)[0] + "=***"
+        out.append(a)
+    return out

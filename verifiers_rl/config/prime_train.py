@@ -16,10 +16,6 @@ from verifiers_rl.config.prime_train_table import (ALGO_MODES, DEFAULT_MICRO_BAT
                                                    PRIME_RL_DEFAULTS)
 
 
-def is_prime_train(raw: dict[str, Any]) -> bool:
-    return isinstance(raw.get("orchestrator"), dict)
-
-
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 

@@ -1,21 +1,231 @@
-"""Resolution of a `vf-rl` run: raw config (either format) → `ResolvedRun`, and the resolved config as TOML."""
+"""A raw `vf-rl` config → a `ResolvedRun`, in one place: the command line's shorthands and renamed keys, the
+format (a hosted one is translated), the sections checked, and the RLConfig built from them. Reading files and the
+command line is config/loading.py; checks across sections and of the environments, config/validation.py; the
+resolved config as TOML, config/resolved_toml.py."""
 
 from __future__ import annotations
 
-import enum
-import math
+import copy
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from verifiers_rl.config import hosted as hosted_mod
-from verifiers_rl.config.composition import compose
-from verifiers_rl.config.loading import ConfigError, load_env_files, parse_args
-from verifiers_rl.config.sections import OPTIONAL_SECTIONS, RunConfig
-from verifiers_rl.config.trainer_args import build_rl_config, rl_field_info
-from verifiers_rl.config.validation import check_envs, rl_config_kwargs, validate_run_config
+from verifiers_rl.config import prime_train
+from verifiers_rl.config.loading import ConfigError, deep_merge, load_env_files, parse_args, set_path
+from verifiers_rl.config.sections import OPTIONAL_SECTIONS, EnvSection, RunConfig, close_match, one_line
+from verifiers_rl.config.trainer_args import preview_class, rl_field_info
+from verifiers_rl.config.validation import check_envs, cross_checks, rl_config_kwargs
 from verifiers_rl.plan.gpus import asked_world_size, batch_split_problem, several_processes_problem
 from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS
+from verifiers_rl.value_check import type_error
+
+
+# --- the command line's shorthands and renamed keys, the format ----------------------------------------------------
+
+# old dotted key → new dotted key: TrainingArguments names transformers 5 removed (configs written for transformers
+# 4 still carry them), and the top-level spellings of loss and estimator keys (RLConfig warns of them too).
+RENAMED: dict[str, str] = {
+    "trainer.args.no_cuda": "trainer.args.use_cpu",
+    "trainer.args.evaluation_strategy": "trainer.args.eval_strategy",
+    "trainer.args.push_to_hub_token": "trainer.args.hub_token",
+    **{f"trainer.args.{k}": f"trainer.args.{section}.{k}" for k, section in DEPRECATED_KEYS.items()},
+}
+
+
+def _wandb_value(value: Any) -> Any:
+    """A bare `--wandb` is W&B with its defaults, `--no-wandb` none."""
+    return {} if value is True else None if value is False else value
+
+
+def normalize_wandb(raw: dict[str, Any], hosted: bool) -> dict[str, Any]:
+    """`wandb` at the top of a vf-rl config (the command line's `--wandb ...`) goes to trainer.args.wandb; a bare
+    flag becomes a table (on) or None (off), in either format. `--no-wandb` also drops 'wandb' from report_to."""
+    raw = dict(raw)
+    if hosted:
+        if "wandb" in raw:
+            raw["wandb"] = _wandb_value(raw["wandb"])
+        return raw
+    if not isinstance(raw.get("trainer", {}), dict) or not isinstance((raw.get("trainer") or {}).get("args", {}), dict):
+        return raw  # the schema reports the type error
+    trainer = dict(raw.get("trainer") or {})
+    args = dict(trainer.get("args") or {})
+    if "wandb" in raw:
+        top = _wandb_value(raw.pop("wandb"))
+        inner = args.get("wandb")
+        args["wandb"] = deep_merge(inner, top) if isinstance(inner, dict) and isinstance(top, dict) else top
+    if "wandb" not in args:
+        return raw
+    args["wandb"] = _wandb_value(args["wandb"])
+    if args["wandb"] is None:
+        report = args.get("report_to")
+        if report == "wandb":
+            args["report_to"] = "none"
+        elif isinstance(report, list):
+            args["report_to"] = [r for r in report if r != "wandb"] or "none"
+    raw["trainer"] = {**trainer, "args": args}
+    return raw
+
+
+def _pop_path(raw: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = raw
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        node = node.get(k) if isinstance(node, dict) else None
+    if isinstance(node, dict) and keys[-1] in node:
+        return True, node.pop(keys[-1])
+    return False, None
+
+
+def apply_renames(raw: dict[str, Any]) -> dict[str, Any]:
+    """Each deprecated key moves to its new name with one warning line; both given is an error."""
+    raw = copy.deepcopy(raw)
+    for old, new in RENAMED.items():
+        found, value = _pop_path(raw, old)
+        if not found:
+            continue
+        there, _ = _pop_path(copy.deepcopy(raw), new)
+        if there:
+            raise ConfigError(f"{old}: renamed {new}, which is set too; keep only {new}")
+        print(f"warning: {old} is deprecated: it is now {new} (set that instead)", file=sys.stderr, flush=True)
+        set_path(raw, new, value)
+    return raw
+
+
+HOSTED_ONLY_KEYS = ("name", "max_steps", "batch_size", "rollouts_per_example", "learning_rate", "lora_alpha",
+                    "oversampling_factor", "max_async_level", "trajectory_strategy", "sampling", "val", "buffer",
+                    "wandb")
+VF_RL_ONLY_KEYS = ("trainer", "inference", "tiny_model", "warmup")
+
+
+def is_prime_sft(raw: dict[str, Any]) -> bool:
+    """prime-rl's SFT config (config/prime_sft.py): a `[model]` table (vf-sft and vf-rl name the model as a string)
+    without prime-rl's RL `[orchestrator]`."""
+    return isinstance(raw.get("model"), dict) and "orchestrator" not in raw
+
+
+def config_format(raw: dict[str, Any]) -> str:
+    """'prime-train' (prime-rl's RL config: an `[orchestrator]` table), 'prime-rl' (the retired hosted format) or
+    'vf-rl'; an error for prime-rl's SFT config, or one that mixes the retired format with vf-rl's."""
+    if isinstance(raw.get("orchestrator"), dict):
+        return "prime-train"
+    if is_prime_sft(raw):
+        raise ConfigError("model: a table, without [orchestrator]: this is prime-rl's SFT config, which vf-sft trains "
+                          "(vf-sft @ the same file); vf-rl trains RL")
+    hosted_keys = [k for k in HOSTED_ONLY_KEYS if k in raw]
+    env = raw.get("env")
+    hosted_env = isinstance(env, list) and all(isinstance(e, dict) and "ratio" not in e for e in env)
+    vf_keys = [k for k in VF_RL_ONLY_KEYS if k in raw]
+    if hosted_keys and vf_keys:
+        k = hosted_keys[0]
+        where = {"name": "trainer.args.run_name", "sampling": "trainer.args.max_tokens / temperature",
+                 "val": "trainer.args.eval_steps", "wandb": "trainer.args.wandb", "buffer": "trainer.args"}.get(
+                     k, f"trainer.args.{k}")
+        raise ConfigError(f"{k}: a hosted-format key in a vf-rl config (it has [{vf_keys[0]}]); use one format "
+                          f"(in vf-rl: {where})")
+    return "prime-rl" if hosted_keys or (hosted_env and not vf_keys) else "vf-rl"
+
+
+def compose(raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A merged config with the command line's shorthands applied, and its format (`config_format`, decided once,
+    `wandb` aside: the command line's --wandb fits either format)."""
+    raw = apply_renames(raw)
+    fmt = config_format({k: v for k, v in raw.items() if k != "wandb"})
+    return normalize_wandb(raw, fmt != "vf-rl"), fmt
+
+
+# --- the sections and RLConfig --------------------------------------------------------------------------------------
+
+
+def _normalize_sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """Bare `--eval` / `--no-eval` on the command line: true enables an optional section with its defaults."""
+    raw = dict(raw)
+    for name in OPTIONAL_SECTIONS:
+        if raw.get(name) is True:
+            raw[name] = {}
+        elif raw.get(name) is False:
+            raw[name] = None
+    return raw
+
+
+def _check_env_list(raw: dict[str, Any]) -> dict[str, Any]:
+    env = raw.get("env")
+    if not isinstance(env, list):
+        return raw
+    for i, item in enumerate(env):
+        try:
+            EnvSection.model_validate(item)
+        except ValidationError as e:
+            raise ConfigError(one_line(e, EnvSection, prefix=f"env.{i}.")) from None
+    if len(env) == 0:
+        raise ConfigError("env: required key is missing (an [env] table or at least one [[env]])")
+    names = [e.get("name") or str(e.get("id")).split("/")[-1] for e in env]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ConfigError(f"env: two [[env]] entries are named {dup!r}; give them distinct `name`s")
+    return raw
+
+
+def validate_run_config(raw: dict[str, Any]) -> RunConfig:
+    raw = _check_env_list(_normalize_sections(raw))
+    if isinstance(raw.get("env_file"), str):
+        raw = {**raw, "env_file": [raw["env_file"]]}
+    sections = list(RunConfig.model_fields)
+    for k in raw:  # a top-level key that is an RLConfig field, and no section's misspelling, belongs in [trainer.args]
+        if k not in sections and not close_match(k, sections) and k in rl_field_info().types:
+            raise ConfigError(f"{k}: unknown key (did you mean trainer.args.{k}?)")
+    try:
+        cfg = RunConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(one_line(e)) from None
+    if cfg.model is None and cfg.warmup is None and cfg.tiny_model is None:
+        raise ConfigError("model: required key is missing (a model dir, hub id or PEFT adapter dir)")
+    cross_checks(cfg)
+    return cfg
+
+
+def check_trainer_args(args: dict[str, Any]) -> None:
+    """Unknown keys (did you mean) and wrong types in [trainer.args], before RLConfig sees them."""
+    info = rl_field_info()
+    for k, v in args.items():
+        if k in ("loss", "advantage"):
+            continue  # typed tables: their type, keys and values are checked where they are built (typed_table)
+        if k not in info.types:
+            from verifiers_rl.trainer.config_fields import TRL_NAMES
+
+            close = close_match(k, info.own) or close_match(k, info.names)
+            hint = (f" (TRL's GRPOConfig name: set {TRL_NAMES[k]})" if k in TRL_NAMES
+                    else f" (did you mean trainer.args.{close}?)" if close else "")
+            raise ConfigError(f"trainer.args.{k}: unknown key{hint}")
+        bad = type_error(v, info.types[k])
+        if bad:
+            raise ConfigError(f"trainer.args.{k}: {bad}")
+
+
+def build_rl_config(kwargs: dict[str, Any], *, preview: bool = False) -> Any:
+    """RLConfig(**kwargs) after `check_trainer_args`; a `SettingError` becomes `trainer.args.<key>: ...`, anything
+    else (transformers' checks) `trainer.args: ...`. `preview`: without transformers (`preview_class`)."""
+    from verifiers_rl.errors import SettingError
+
+    check_trainer_args(kwargs)
+    cls = preview_class() if preview else None
+    if cls is None:
+        from verifiers_rl.trainer.config import RLConfig as cls
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except SettingError as e:
+        raise ConfigError(f"trainer.args.{e.key}: {e}") from None
+    except Exception as e:  # transformers' TrainingArguments checks: they name the flags in their message
+        lines = str(e).strip().splitlines()
+        msg = lines[0] if lines else type(e).__name__
+        if not isinstance(e, (ValueError, TypeError)):
+            msg = f"{type(e).__name__}: {msg}"
+        raise ConfigError(f"trainer.args: {msg}") from None
 
 
 # --- resolution ------------------------------------------------------------------------------------------------------
@@ -77,12 +287,12 @@ def map_origin(message: str, origin: dict[str, str]) -> str:
 def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, check_environments: bool = True,
                 preview: bool = False) -> ResolvedRun:
     """raw merged config (+ --output-dir) → ResolvedRun, or a one-line ConfigError. `preview`: its RLConfig as vf-rl's
-    own process checks it, without transformers (`trainer_args.build_rl_config`)."""
+    own process checks it, without transformers (`build_rl_config`)."""
     options = options or {}
     origin: dict[str, str] = {}
-    raw, is_hosted = compose(raw)  # --wandb / --no-wandb, renamed keys (one warning each), the format
-    if is_hosted:
-        raw, origin = hosted_mod.translate(raw)
+    raw, fmt = compose(raw)  # --wandb / --no-wandb, renamed keys (one warning each), the format
+    if fmt != "vf-rl":
+        raw, origin = (prime_train if fmt == "prime-train" else hosted_mod).translate(raw)
     try:
         cfg = validate_run_config(raw)
         load_env_files(cfg.env_file, environ={})  # syntax only: values go to os.environ at launch, never here
@@ -94,7 +304,7 @@ def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, c
             check_envs(cfg)
     except ConfigError as e:
         raise ConfigError(map_origin(str(e), origin)) from None
-    return ResolvedRun(cfg, kwargs, args, is_hosted, origin, list(options.get("config_files") or []))
+    return ResolvedRun(cfg, kwargs, args, fmt != "vf-rl", origin, list(options.get("config_files") or []))
 
 
 def load_run(argv: list[str], *, check_environments: bool = True, preview: bool = False
@@ -104,111 +314,3 @@ def load_run(argv: list[str], *, check_environments: bool = True, preview: bool 
     if not files:
         raise ConfigError("no config file: run vf-rl @ path/to/config.toml")
     return resolve_run(raw, options, check_environments=check_environments, preview=preview), options
-
-
-# --- the resolved config as TOML -------------------------------------------------------------------------------------
-
-# Not written: secrets and per-process internals; fields set from another one (written only when the user set them).
-_SKIP_FIELDS = {"hub_token", "local_rank"}
-_DERIVED_FIELDS = {"per_device_train_batch_size", "activation_checkpointing", "activation_checkpointing_kwargs"}
-# Resolved from the hardware or from [inference] at launch: written as the user's value or the default.
-_UNRESOLVED_FIELDS = {"use_cpu", "dataloader_pin_memory", "inference_backend", "vllm_server_urls"}
-_SKIP = object()
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return _plain(value.value)
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else _SKIP
-    if isinstance(value, (list, tuple)):
-        items = [_plain(v) for v in value]
-        return _SKIP if any(i is _SKIP for i in items) else items
-    if isinstance(value, dict):
-        items = {str(k): _plain(v) for k, v in value.items()}
-        return _SKIP if any(i is _SKIP for i in items.values()) else items
-    return _SKIP
-
-
-def resolved_trainer_args(args: Any, user: dict[str, Any]) -> dict[str, Any]:
-    """Every RLConfig field's resolved value (RLConfig's own fields first), as TOML-able data."""
-    info = rl_field_info()
-    out: dict[str, Any] = {}
-    order = info.own + [n for n in info.names if n not in info.own]
-    for name in order:
-        if name in _SKIP_FIELDS or (name in _DERIVED_FIELDS and name not in user):
-            continue
-        if name in DEPRECATED_KEYS and getattr(args, name, None) is None:
-            continue  # a deprecated spelling, unset
-        if name in _UNRESOLVED_FIELDS:
-            value = user.get(name, info.defaults.get(name))
-        elif name in ("loss", "advantage"):
-            value = _built_table(args, name)
-        else:
-            value = getattr(args, name, _SKIP)
-        value = _plain(value)
-        if value is _SKIP:
-            continue
-        out[name] = value
-    return out
-
-
-def _built_table(args: Any, section: str) -> dict[str, Any]:
-    """The run's loss or estimator as the table it was built from, every key filled in (a type given by import
-    path keeps its path)."""
-    from verifiers_rl.trainer.typed_table import as_table, resolve_advantage, resolve_loss
-
-    spec, config = (resolve_loss if section == "loss" else resolve_advantage)(args)
-    given = getattr(args, section)
-    return as_table((given.get("type") or spec.name) if isinstance(given, dict) else spec.name, config)
-
-
-def resolved_dict(run: ResolvedRun) -> dict[str, Any]:
-    """The whole run with every default filled in (the GPU counts only where the config states them): what
-    `--dry-run` writes and `vf-rl @` accepts back, on the same machines."""
-    d = run.cfg.model_dump(mode="python")
-    for name in ("training_mode", "teacher"):  # folded into trainer.args (RLConfig's training_mode, teacher_*)
-        d.pop(name, None)
-    for name in OPTIONAL_SECTIONS:
-        if d.get(name) is None:
-            d.pop(name, None)
-    if d.get("model") is None:
-        d.pop("model")
-    for name in ("inference", "trainer"):  # a GPU count is a request only as the user states it (plan.gpus_asked)
-        if "gpus" not in getattr(run.cfg, name).model_fields_set:
-            d[name].pop("gpus", None)
-    d["trainer"]["args"] = resolved_trainer_args(run.args, run.cfg.trainer.args)
-    return d
-
-
-def to_toml_data(value: Any) -> Any:
-    """None → "None" (TOML has no null)."""
-    if value is None:
-        return "None"
-    if isinstance(value, dict):
-        return {k: to_toml_data(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [to_toml_data(v) for v in value]
-    return value
-
-
-def dumps_toml(data: dict[str, Any], header: str = "") -> str:
-    import tomli_w
-
-    body = tomli_w.dumps(to_toml_data(data))
-    return (header.rstrip() + "\n\n" if header else "") + body
-
-
-def write_resolved(run: ResolvedRun, directory: str | Path | None = None, name: str = "rl.toml",
-                   data: dict[str, Any] | None = None) -> Path:
-    out = Path(directory) if directory is not None else Path(run.output_dir) / "configs"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / name
-    sources = ", ".join(str(p) for p in run.config_files) or "(command line)"
-    header = (f"# Resolved vf-rl config (every default filled in) from {sources}"
-              + (" [hosted format, translated]" if run.hosted else "")
-              + f"\n# Run it again with: vf-rl @ {path}")
-    path.write_text(dumps_toml(data if data is not None else resolved_dict(run), header))
-    return path

@@ -6,17 +6,17 @@ from __future__ import annotations
 # The schema lives in focused modules; this one keeps every name importable from where it always was.
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.resolution import (
-    ResolvedRun, dumps_toml, load_run, map_origin, resolve_run, resolved_dict, resolved_trainer_args, to_toml_data,
-    write_resolved,
+    ResolvedRun, build_rl_config, check_trainer_args, load_run, map_origin, resolve_run, validate_run_config,
+)
+from verifiers_rl.config.resolved_toml import (
+    dumps_toml, resolved_dict, resolved_trainer_args, to_toml_data, write_resolved,
 )
 from verifiers_rl.config.sections import (
     OPTIONAL_SECTIONS, EnvSection, EvalEnvSection, EvalSection, InferenceSection, RunConfig, Section,
     TinyModelSection, TrainerSection, WarmupSection, describe_type, one_line,
 )
-from verifiers_rl.config.trainer_args import (
-    RLFieldInfo, build_rl_config, check_trainer_args, rl_field_info,
-)
-from verifiers_rl.config.validation import check_env, check_envs, gpu_ids, rl_config_kwargs, validate_run_config
+from verifiers_rl.config.trainer_args import RLFieldInfo, rl_field_info
+from verifiers_rl.config.validation import check_env, check_envs, gpu_ids, rl_config_kwargs
 
 __all__ = [
     "OPTIONAL_SECTIONS", "ConfigError", "EnvSection", "EvalEnvSection", "EvalSection", "InferenceSection",

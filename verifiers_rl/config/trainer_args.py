@@ -1,5 +1,5 @@
-"""`[trainer.args]`: RLConfig's fields (names, types, defaults, help), checks of the user's values against them,
-and RLConfig's own errors mapped to `trainer.args.<field>`."""
+"""`[trainer.args]`: RLConfig's fields (names, types, defaults, help), read without importing transformers, and the
+class vf-rl's own process checks them with (`preview_class`; config/resolution.py build_rl_config)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from verifiers_rl.config.loading import ConfigError
-from verifiers_rl.config.sections import close_match
-from verifiers_rl.value_check import type_error
 
 
 @dataclass
@@ -101,22 +98,6 @@ def _info_from_class() -> RLFieldInfo:
     return _info(_declared(RLConfig, hints), _own_fields(RLConfig), SchedulerType)
 
 
-def check_trainer_args(args: dict[str, Any]) -> None:
-    """Unknown keys (did you mean) and wrong types in [trainer.args], before RLConfig sees them."""
-    info = rl_field_info()
-    for k, v in args.items():
-        if k not in info.types:
-            from verifiers_rl.trainer.config_fields import TRL_NAMES
-
-            close = close_match(k, info.own) or close_match(k, info.names)
-            hint = (f" (TRL's GRPOConfig name: set {TRL_NAMES[k]})" if k in TRL_NAMES
-                    else f" (did you mean trainer.args.{close}?)" if close else "")
-            raise ConfigError(f"trainer.args.{k}: unknown key{hint}")
-        bad = type_error(v, info.types[k])
-        if bad:
-            raise ConfigError(f"trainer.args.{k}: {bad}")
-
-
 @functools.lru_cache(maxsize=1)
 def preview_class() -> type | None:
     """`RLFields` with transformers' other fields (read from its source) and RLConfig's checks of its own fields, not
@@ -139,28 +120,3 @@ def preview_class() -> type | None:
 
     return dataclasses.make_dataclass("RLConfigPreview", extra, bases=(RLFields,),
                                       namespace={"__post_init__": __post_init__})
-
-
-def build_rl_config(kwargs: dict[str, Any], *, preview: bool = False) -> Any:
-    """RLConfig(**kwargs) after `check_trainer_args`; a `SettingError` becomes `trainer.args.<key>: ...`, anything
-    else (transformers' checks) `trainer.args: ...`. `preview`: without transformers (`preview_class`)."""
-    from verifiers_rl.errors import SettingError
-
-    check_trainer_args(kwargs)
-    cls = preview_class() if preview else None
-    if cls is None:
-        from verifiers_rl.trainer.config import RLConfig as cls
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except SettingError as e:
-        raise ConfigError(f"trainer.args.{e.key}: {e}") from None
-    except Exception as e:  # transformers' TrainingArguments checks: they name the flags in their message
-        lines = str(e).strip().splitlines()
-        msg = lines[0] if lines else type(e).__name__
-        if not isinstance(e, (ValueError, TypeError)):
-            msg = f"{type(e).__name__}: {msg}"
-        raise ConfigError(f"trainer.args: {msg}") from None
-
-

@@ -1,65 +1,17 @@
-"""A raw merged `vf-rl` config → a checked `RunConfig` (sections, cross-checks, GPUs, environments)."""
+"""Checks of a parsed `RunConfig` across its sections (GPUs, backends, the mode and its teacher, eval), the RLConfig
+kwargs it gives, and the environments it names (config/resolution.py parses the raw config)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
 from verifiers_rl.config.loading import ConfigError
-from verifiers_rl.config.sections import OPTIONAL_SECTIONS, TEACHER_ARGS, EnvSection, RunConfig, close_match, one_line
-from verifiers_rl.config.trainer_args import rl_field_info
+from verifiers_rl.config.sections import TEACHER_ARGS, RunConfig, close_match
 from verifiers_rl.plan.gpus import gpu_ids
 
 
-def _normalize_sections(raw: dict[str, Any]) -> dict[str, Any]:
-    """Bare `--eval` / `--no-eval` on the command line: true enables an optional section with its defaults."""
-    raw = dict(raw)
-    for name in OPTIONAL_SECTIONS:
-        if raw.get(name) is True:
-            raw[name] = {}
-        elif raw.get(name) is False:
-            raw[name] = None
-    return raw
-
-
-def _check_env_list(raw: dict[str, Any]) -> dict[str, Any]:
-    env = raw.get("env")
-    if not isinstance(env, list):
-        return raw
-    for i, item in enumerate(env):
-        try:
-            EnvSection.model_validate(item)
-        except ValidationError as e:
-            raise ConfigError(one_line(e, EnvSection, prefix=f"env.{i}.")) from None
-    if len(env) == 0:
-        raise ConfigError("env: required key is missing (an [env] table or at least one [[env]])")
-    names = [e.get("name") or str(e.get("id")).split("/")[-1] for e in env]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise ConfigError(f"env: two [[env]] entries are named {dup!r}; give them distinct `name`s")
-    return raw
-
-
-def validate_run_config(raw: dict[str, Any]) -> RunConfig:
-    raw = _check_env_list(_normalize_sections(raw))
-    if isinstance(raw.get("env_file"), str):
-        raw = {**raw, "env_file": [raw["env_file"]]}
-    sections = list(RunConfig.model_fields)
-    for k in raw:  # a top-level key that is an RLConfig field, and no section's misspelling, belongs in [trainer.args]
-        if k not in sections and not close_match(k, sections) and k in rl_field_info().types:
-            raise ConfigError(f"{k}: unknown key (did you mean trainer.args.{k}?)")
-    try:
-        cfg = RunConfig.model_validate(raw)
-    except ValidationError as e:
-        raise ConfigError(one_line(e)) from None
-    if cfg.model is None and cfg.warmup is None and cfg.tiny_model is None:
-        raise ConfigError("model: required key is missing (a model dir, hub id or PEFT adapter dir)")
-    _cross_checks(cfg)
-    return cfg
-
-
-def _cross_checks(cfg: RunConfig) -> None:
+def cross_checks(cfg: RunConfig) -> None:
+    """Rules across sections, after each section's own (config/resolution.py validate_run_config)."""
     gpu_ids(cfg.inference.gpus, "inference.gpus")
     gpu_ids(cfg.trainer.gpus, "trainer.gpus")
     inf, targs = cfg.inference, cfg.trainer.args

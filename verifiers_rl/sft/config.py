@@ -86,7 +86,7 @@ class SFTRunConfig(_Section):
 
 
 def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
-    from verifiers_rl.config.hosted import is_prime_sft
+    from verifiers_rl.config.resolution import is_prime_sft
     from verifiers_rl.config.loading import ConfigError
     from verifiers_rl.config.schema import one_line
 

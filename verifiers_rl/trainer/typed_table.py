@@ -18,7 +18,7 @@ from verifiers_rl.trainer.advantage_types import ADVANTAGES, DEFAULT_ADVANTAGE, 
 from verifiers_rl.trainer.lazy_function import imported
 from verifiers_rl.trainer.losses import LOSSES, MODE_LOSS, LossSpec
 
-# deprecated top-level spelling → its section; RLConfig's fields, vf-rl's renames (config/composition.py) read it too
+# deprecated top-level spelling → its section; RLConfig's fields, vf-rl's renames (config/resolution.py) read it too
 DEPRECATED_KEYS: dict[str, str] = {"mask_ratio_low": "loss", "mask_ratio_high": "loss", "kl_tau": "loss",
                                    "beta": "loss", "scale_rewards": "advantage"}
 
@@ -80,7 +80,7 @@ _WARNED: set[str] = set()
 
 def deprecated_spelling(section: str, key: str) -> None:
     """One FutureWarning per process for RLConfig's deprecated top-level ``key`` (vf-rl renames it before its
-    workers see it: config/composition.py)."""
+    workers see it: config/resolution.py)."""
     if key in _WARNED:
         return
     _WARNED.add(key)
