@@ -210,7 +210,7 @@ def test_bf16_constructs_on_cpu(tmp_path):
 
 
 def test_buffer_settings_are_rl_config_fields(tmp_path):
-    """BufferConfig defines its settings once: each is an RLConfig field with the same type, default and help, and
+    """BufferSettings declares them once: each is an RLConfig field with the same type, default and help, and
     `buffer_config()` carries a run's values over."""
     rl_fields, rl_hints = {f.name: f for f in dataclasses.fields(RLConfig)}, typing.get_type_hints(RLConfig)
     hints = typing.get_type_hints(BufferConfig)

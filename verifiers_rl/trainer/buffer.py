@@ -14,9 +14,8 @@ from verifiers_rl.trainer.data_order import DataOrder
 
 
 @dataclass
-class BufferConfig:
-    """The difficulty buffer's settings, defined here once; ``RLConfig`` takes its fields from here."""
-
+class BufferSettings:
+    """The difficulty buffer's settings, declared once: ``RLConfig`` has them as fields (a base class of RLFields)."""
 
     online_difficulty_filtering: bool = field(
         default=False, metadata={"help": "Drop groups whose rewards are all equal (no signal) and refill the batch."})
@@ -34,6 +33,12 @@ class BufferConfig:
     # a reward setting, defined here because the buffer filters on the rewards advantages use (rewards.py)
     zero_truncated_completions: bool = field(
         default=False, metadata={"help": "Give completions cut off by max_tokens/max_seq_len a reward of 0."})
+
+
+@dataclass
+class BufferConfig(BufferSettings):
+    """The buffer's settings as a run sets them (``RLConfig.buffer_config()``)."""
+
     max_refills: ClassVar[int] = 8  # generation rounds per step before constant groups are trained on anyway
 
     @property

@@ -11,7 +11,7 @@ from typing import Any
 from verifiers_rl.errors import SettingError
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
 from verifiers_rl.plan.sampling import training_problem
-from verifiers_rl.trainer.buffer import BufferConfig
+from verifiers_rl.trainer.buffer import BufferConfig, BufferSettings
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
 from verifiers_rl.trainer.modes import mode_problem
 from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS, check_advantage, check_loss, resolve_loss
@@ -37,14 +37,6 @@ TRL_NAMES = {
 }
 
 
-def _setting(source: type, name: str) -> Any:
-    """RLConfig's field for a setting that `source` (BufferConfig) defines: its default and help."""
-    f = source.__dataclass_fields__[name]  # type: ignore[attr-defined]
-    if f.default_factory is not MISSING:
-        return field(default_factory=f.default_factory, metadata=dict(f.metadata))
-    return field(default=f.default, metadata=dict(f.metadata))
-
-
 def _deprecated(name: str) -> Any:
     """RLConfig's field for a deprecated spelling of ``<section>.<name>`` (``typed_table.DEPRECATED_KEYS``): None
     (unset); set, it fills that key with one warning (``typed_table.build_config``)."""
@@ -62,8 +54,9 @@ def _fail(key: str, msg: str) -> None:
 
 
 @dataclass
-class RLFields(CheckpointSettings):
-    """RLConfig's own fields and rules (RLConfig's docstring says what they mean together)."""
+class RLFields(CheckpointSettings, BufferSettings):
+    """RLConfig's own fields and rules (RLConfig's docstring says what they mean together); the checkpoint and
+    difficulty-buffer fields are declared by the base classes."""
 
     # --- Batch shape -------------------------------------------------------------------------------------------------
     micro_batch_size: int = field(
@@ -156,8 +149,6 @@ class RLFields(CheckpointSettings):
     mask_truncated_completions: bool = field(
         default=False, metadata={"help": "Exclude completions cut off by max_tokens/max_seq_len from the loss."}
     )
-    # defined in BufferConfig: the difficulty buffer filters on the rewards advantages use (verifiers_rl/rewards.py)
-    zero_truncated_completions: bool = _setting(BufferConfig, "zero_truncated_completions")
     keep_empty_replies: bool = field(
         default=False, metadata={"help": "Train on replies with no text (the model ended at once). Off, as in "
                                  "verifiers: such a rollout records EmptyModelResponseError (scored, no loss)."}
@@ -253,15 +244,6 @@ class RLFields(CheckpointSettings):
         metadata={"help": "Local engine only: generate the next step's rollouts on a copy of the policy while this "
                           "step trains (one step off-policy, importance-ratio corrected). Faster on multi-core "
                           "machines; keeps a second copy of the model. Default: on-policy, between steps."})
-
-    # --- Difficulty buffer -------------------------------------------------------------------------------------------
-    # defined (default, help) in trainer/buffer.py's BufferConfig
-    online_difficulty_filtering: bool = _setting(BufferConfig, "online_difficulty_filtering")
-    oversampling_factor: float = _setting(BufferConfig, "oversampling_factor")
-    easy_threshold: float | None = _setting(BufferConfig, "easy_threshold")
-    hard_threshold: float | None = _setting(BufferConfig, "hard_threshold")
-    easy_fraction: float = _setting(BufferConfig, "easy_fraction")
-    hard_fraction: float = _setting(BufferConfig, "hard_fraction")
 
     # --- Inference ---------------------------------------------------------------------------------------------------
     inference_backend: str = field(
@@ -479,7 +461,7 @@ class RLFields(CheckpointSettings):
 
     def buffer_config(self) -> BufferConfig:
         """The difficulty buffer's settings (``BufferConfig``) as this run sets them."""
-        return BufferConfig(**{f.name: getattr(self, f.name) for f in fields(BufferConfig)})
+        return BufferConfig(**{f.name: getattr(self, f.name) for f in fields(BufferSettings)})
 
     def sampling_args(self, *, for_eval: bool = False, prompt_len: int | None = None) -> dict[str, Any]:
         """Sampling parameters for an OpenAI-compatible chat-completions request (``trainer/sampling.py``):
