@@ -1,5 +1,6 @@
 """Hosted-training configs (the retired `prime rl` format; `prime train`'s is config/prime_train.py) translated to
-the same `vf-rl` run. Detection and defaults: docs/hosted.md, generated from `MAPPING`.
+the same `vf-rl` run (config/resolution.py config_format tells the formats apart). Defaults: docs/hosted.md, generated
+from `MAPPING`.
 
 `translate` also returns `origin` (vf-rl key path → hosted key), so a later error names the key the user wrote.
 """
