@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import os
 import re
 from pathlib import Path
 
@@ -362,6 +363,26 @@ def test_a_custom_loss_and_estimator_by_import_path_train_two_steps(tiny_model_d
     assert all(s["reinforce/adv"] >= 0 for s in steps)
     calls = custom.CALLS.read_text().split()
     assert calls.count("advantage") == 2 and calls.count("loss") >= 2, calls
+
+
+@pytest.mark.integration  # the console script in a subprocess
+def test_the_console_script_finds_a_loss_module_in_the_working_directory(tiny_model_dir, tmp_path):
+    """`vf-rl` is a console script, whose sys.path lacks the working directory that its worker (`python -m`) has: a
+    `my_objectives.py` beside the config imports in both (as uvicorn's `module:app`)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "my_objectives.py").write_text(CUSTOM)
+    (tmp_path / "run.toml").write_text(
+        f'model = "{tiny_model_dir}"\n[env]\nid = "reverse-text"\nargs = {{ dataset_source = "offline" }}\n'
+        '[trainer.args]\nmax_steps = 2\nbatch_size = 8\nrollouts_per_example = 4\nmicro_batch_size = 8\n'
+        'loss = { type = "my_objectives:LOSS", scale = 0.5 }\nadvantage = { type = "my_objectives:ADVANTAGE" }\n')
+    script = Path(sys.executable).parent / "vf-rl"
+    done = subprocess.run([str(script), "@", "run.toml", "--dry-run", "--output-dir", "out"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = (tmp_path / "out" / "configs" / "rl.toml").read_text()
+    assert 'type = "my_objectives:LOSS"' in written and 'type = "my_objectives:ADVANTAGE"' in written
 
 
 def test_a_run_builds_its_loss_and_estimator_once(tiny_model_dir, tmp_path, monkeypatch):

@@ -131,7 +131,7 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
                            "of them, or to an import path 'package.module:SPEC'")
     module, _, attr = name.partition(":")
     try:
-        spec = getattr(importlib.import_module(module), attr)
+        spec = getattr(_import_from_cwd(module), attr)
     except ImportError as e:
         raise SettingError(section,
                            f"{section}.type={name!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
@@ -141,6 +141,19 @@ def registered(section: str, name: Any, registry: dict[str, str], spec_type: typ
         raise SettingError(section, f"{section}.type={name!r} is a {type(spec).__name__}, not a "
                                     f"{spec_type.__name__} ({section} docs: docs/training.md)")
     return spec
+
+
+def _import_from_cwd(module: str) -> Any:
+    """`module`, found as the trainer's worker (`python -m`) finds it: the working directory on the path too, which a
+    console script's `sys.path` lacks (a `my_losses.py` beside the config one runs vf-rl from)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        cwd = os.getcwd()
+        if e.name != module.partition(".")[0] or cwd in sys.path or "" in sys.path:
+            raise
+    sys.path.append(cwd)
+    return importlib.import_module(module)
 
 
 def get_loss(name: str) -> LossSpec:
