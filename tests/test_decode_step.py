@@ -29,6 +29,9 @@ def _model(kind: str, dtype=torch.float32):
         cfg = tf.LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
                                               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                               "original_max_position_embeddings": 16}, **SMALL)
+    elif kind == "llama-rope-dynamic":  # cos/sin depend on the longest position seen: not read from a table
+        cfg = tf.LlamaConfig(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+                             **{**SMALL, "max_position_embeddings": 8})
     else:
         cfg = tf.MistralConfig(sliding_window=None, **SMALL)
     model = tf.AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
@@ -60,12 +63,12 @@ def _logits_both_ways(model, step, n_steps=6):
             p = att.sum(-1) + s
             ref.append(model(input_ids=tok[:, None], attention_mask=mask[:, : 8 + s], position_ids=p[:, None],
                              past_key_values=caches[0], use_cache=True).logits[:, -1])
-            ours.append(step.step(tok, p, bias, caches[1]))
+            ours.append(step.step(tok, p, step.prepare(bias), caches[1]))
             tok = torch.randint(0, 96, (3,), generator=g)
     return torch.stack(ref, 1), torch.stack(ours, 1)
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "qwen2", "llama-rope-scaled", "mistral"])
+@pytest.mark.parametrize("kind", ["qwen3", "qwen2", "llama-rope-scaled", "llama-rope-dynamic", "mistral"])
 def test_the_step_gives_the_logits_of_the_models_forward(kind):
     model = _model(kind)
     if kind == "qwen2":

@@ -21,6 +21,8 @@ from verifiers_rl.inference.kv_cache import compactable, reserved_cache
 log = logging.getLogger(__name__)
 
 _FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
+# RoPE types whose cos/sin depend on the position alone (not on the longest sequence seen): read from a table
+_STATIC_ROPE = {"default", "linear", "llama3", "yarn"}
 _verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> DecodeStep | None
 
 
@@ -74,8 +76,9 @@ def _layer_refs(layer: Any) -> _Layer | None:
 
 
 class DecodeStep:
-    """`step(tokens [B], positions [B], key_bias [B, K], cache)` → next-token logits [B, V] (K ≥ the cache length
-    after this token; `key_bias` is 0 for keys to attend and a large negative number for padding)."""
+    """`step(tokens [B], positions [B], bias, cache)` → next-token logits [B, V], where `bias = prepare(key_bias)`
+    for `key_bias` [B, W] (W ≥ the cache length after the last token; 0 for keys to attend, a large negative number
+    for padding), made once per decode and again when its rows change."""
 
     def __init__(self, model: Any, inner: Any, layers: list[tuple]):
         cfg = model.config.get_text_config()
@@ -83,6 +86,7 @@ class DecodeStep:
         self.inner, self.lm_head, self.layers = inner, model.lm_head, layers
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self._tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}  # (dtype, device) -> rotary cos, sin
 
     @staticmethod
     def for_model(model: Any) -> DecodeStep | None:
@@ -112,13 +116,19 @@ class DecodeStep:
         step = DecodeStep(model, inner, layers)
         return step if step._matches(model) else None
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_bias: torch.Tensor, cache: Any) -> torch.Tensor:
+    def prepare(self, key_bias: torch.Tensor) -> torch.Tensor:
+        """`key_bias` [B, W] as the steps read it: [B * kv heads, 1, W] in the model's dtype (every layer's cache
+        holds the same columns: one padding bias for all of them, one row per kv head)."""
+        B, W = key_bias.shape
+        dtype = self.inner.embed_tokens.weight.dtype
+        return key_bias[:, None].expand(B, self.kv_heads, W).reshape(B * self.kv_heads, 1, W).to(dtype)
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, cache: Any) -> torch.Tensor:
         B, H, Hkv, D = len(tokens), self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens, self.inner.embed_tokens.weight)
-        cos, sin = self._rotary(x, positions)
-        # every layer's cache holds the same columns: the padding bias for all of them, one row per kv head
+        cos, sin = self._rotary_at(x, positions, bias.shape[-1])
         K = cache.layers[0].length + 1
-        bias = key_bias[:, None, :K].expand(B, Hkv, K).reshape(B * Hkv, 1, K).to(x.dtype)
+        bias = bias[:, :, :K]
         for refs, layer in zip(self.layers, cache.layers):
             q, k, v = self._qkv(refs, x, cos, sin)
             keys, values = layer.update(k[:, :, None], v[:, :, None])  # [B, Hkv, K, D] each
@@ -173,6 +183,16 @@ class DecodeStep:
             signs[: self.head_dim // 2] = -1
         return cos[0, :, None], (sin * signs)[0, :, None]
 
+    def _rotary_at(self, x: torch.Tensor, positions: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_rotary` for positions < `width`, read from a table made once (the same values: each is a function of
+        its position alone), for the RoPE types where that holds."""
+        if getattr(self.inner.rotary_emb, "rope_type", None) not in _STATIC_ROPE:
+            return self._rotary(x, positions)
+        table = self._tables.get((x.dtype, x.device))
+        if table is None or len(table[0]) < width:
+            table = self._tables[(x.dtype, x.device)] = self._rotary(x, torch.arange(width, device=x.device))
+        return table[0].index_select(0, positions), table[1].index_select(0, positions)
+
     def _qkv(self, refs: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """A layer's q [n, H, D], k and v [n, Hkv, D] for hidden states x [n, hidden], rotated."""
         n, H, Hkv, D = len(x), self.heads, self.kv_heads, self.head_dim
@@ -197,7 +217,7 @@ class DecodeStep:
         if not compactable(caches[0]):
             return False
         dtype = next(model.parameters()).dtype
-        bias = key_padding_bias(att, 8)
+        bias = self.prepare(key_padding_bias(att, 8))
         mask = torch.ones((2, 8), dtype=att.dtype, device=device)
         mask[:, :5] = att
         with torch.inference_mode():

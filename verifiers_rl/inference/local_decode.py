@@ -128,7 +128,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     rows = torch.arange(B, device=device)  # the rows in the forward batch, in order
     if fast is not None:
         key_bias = key_padding_bias(attention, P + max_new)
-        row_pos, row_bias = next_pos[:, 0], key_bias
+        row_pos, row_bias = next_pos[:, 0], fast.prepare(key_bias)
     done = None
     n = 0
     for step in range(max_new):
@@ -148,7 +148,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
                 layer.select_rows(keep)
             rows = rows[keep]
             if fast is not None:
-                row_pos, row_bias = next_pos[rows, 0], key_bias[rows]
+                row_pos, row_bias = next_pos[rows, 0], fast.prepare(key_bias[rows])
         if fast is not None:
             logits = fast.step(tok[rows], row_pos + step, row_bias, cache)
         else:
