@@ -191,7 +191,7 @@ def test_validators_raise_one_clear_line(tmp_path, kwargs, match):
 
 @pytest.mark.parametrize("key, value, hint", [("num_generations", 8, "rollouts_per_example"),
                                              ("max_completion_length", 64, "max_tokens"),
-                                             ("loss_type", "dapo", "loss = {type = ...}")])
+                                             ("loss_type", "dapo", "loss (loss = 'dapo'")])
 def test_a_trl_name_says_what_sets_it_here(tmp_path, key, value, hint):
     with pytest.raises(TypeError) as err:
         make(tmp_path, **{key: value})

@@ -175,12 +175,23 @@ def test_rlconfig_loss_table_config_object_and_the_deprecated_top_level_keys(tmp
                                  "loss.type to one of default, dapo"),
     (dict(loss={"type": "dapo"}, kl_tau=0.1), "kl_tau=0.1 applies to loss.type one of default, opd, not 'dapo'"),
     (dict(kl_tau=0.1, loss={"kl_tau": 0.2}), "kl_tau=0.1 and loss.kl_tau=0.2 are both set; keep one"),
-    (dict(loss="dapo"), "loss='dapo' must be a table with a 'type' key"),
+    (dict(loss=5), "loss=5 must be a type"),
+    (dict(loss="dapoo"), "loss.type='dapoo' is not one of default, dapo"),
 ])
 def test_rlconfig_refuses_a_bad_loss_in_one_line(tmp_path, kw, match):
     with pytest.raises(ValueError, match=match) as e:
         config(tmp_path, **kw)
     assert "\n" not in str(e.value)
+
+
+def test_a_loss_and_an_estimator_given_by_their_type_alone_are_that_table(tmp_path):
+    """`loss = "dapo"` (TRL's loss_type spelling) is `{type = "dapo"}`; likewise `advantage = "rloo"`."""
+    from verifiers_rl.trainer.typed_table import resolve_advantage, resolve_loss
+
+    alone, table = config(tmp_path, loss="dapo", advantage="rloo"), config(tmp_path, loss={"type": "dapo"},
+                                                                           advantage={"type": "rloo"})
+    assert resolve_loss(alone) == resolve_loss(table) and resolve_loss(alone)[0].name == "dapo"
+    assert resolve_advantage(alone) == resolve_advantage(table) and resolve_advantage(alone)[0].name == "rloo"
 
 
 def test_vf_rl_toml_and_command_line_reach_the_loss_table(tmp_path):

@@ -26,7 +26,7 @@ _LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules
 TRL_NAMES = {
     "num_generations": "rollouts_per_example", "max_completion_length": "max_tokens",
     "max_prompt_length": "max_prompt_len", "generation_batch_size": "batch_size (rollouts per optimizer step)",
-    "loss_type": "loss = {type = ...} (RLConfig(loss={'type': 'dapo'}))",
+    "loss_type": "loss (loss = 'dapo', or a table with that loss's keys: {type = 'dapo', epsilon_high = 0.28})",
     "epsilon": "the loss table's epsilon_low (loss = {type = 'grpo', epsilon_low = 0.2})",
     "epsilon_high": "the loss table's epsilon_high (loss = {type = 'dapo', epsilon_high = 0.28})",
     "importance_sampling_level": "the loss table's key (loss = {type = 'grpo', importance_sampling_level = ...})",
@@ -160,15 +160,15 @@ class RLFields(CheckpointSettings, BufferSettings):
     mask_ratio_high: float | None = _deprecated("mask_ratio_high")
     kl_tau: float | None = _deprecated("kl_tau")
     beta: float | None = _deprecated("beta")
-    loss: dict[str, Any] | None = field(default=None, metadata={
+    loss: dict[str, Any] | str | None = field(default=None, metadata={
         "help": "The loss: a table with 'type' (default, dapo, and TRL's grpo, bnpo, dr_grpo, cispo, sapo, luspo, "
-                "vespo; opd and sft for those modes; None: the mode's own) and "
-                "that loss's keys, e.g. {type = 'dapo', epsilon_high = 0.28}, {kl_tau = 0.001, beta = 0.04} (the "
-                "default loss's mask_ratio_low, mask_ratio_high, kl_tau, beta). docs/training.md#choosing-a-loss"})
+                "vespo; opd and sft for those modes; None: the mode's own) and that loss's keys, e.g. {type = "
+                "'dapo', epsilon_high = 0.28} (or 'dapo' alone), {kl_tau = 0.001, beta = 0.04} (the default loss's "
+                "mask_ratio_low, mask_ratio_high, kl_tau, beta). docs/training.md#choosing-a-loss"})
     scale_rewards: str | bool | None = _deprecated("scale_rewards")  # TRL: true / false = group / none
-    advantage: dict[str, Any] | None = field(default=None, metadata={
+    advantage: dict[str, Any] | str | None = field(default=None, metadata={
         "help": "The advantage estimator: a table with 'type' (grpo, rloo, max_rl; None: grpo) and its keys, e.g. "
-                "{type = 'rloo'}, {scale_rewards = 'group'} (grpo: none, group or batch), "
+                "{type = 'rloo'} (or 'rloo' alone), {scale_rewards = 'group'} (grpo: none, group or batch), "
                 "{type = 'grpo', length_penalty = {}}. "
                 "docs/training.md#choosing-an-advantage-estimator"})
 

@@ -101,10 +101,13 @@ def _caller_level() -> int:
 
 
 def table_of(value: Any, configs: Callable[[], dict[str, type]]) -> dict[str, Any] | None:
-    """A settings value as a table: None -> {}, a dict -> a copy, an instance of one of ``configs()`` (name ->
-    config class, e.g. ``DAPOLossConfig(...)`` in a notebook) -> its type and fields; else None."""
+    """A settings value as a table: None -> {}, a type alone (``"dapo"``, as TRL's ``loss_type``) -> ``{"type":
+    ...}``, a dict -> a copy, an instance of one of ``configs()`` (name -> config class, e.g. ``DAPOLossConfig(...)``
+    in a notebook) -> its type and fields; else None."""
     if value is None:
         return {}
+    if isinstance(value, str):
+        return {"type": value}
     if isinstance(value, dict):
         return dict(value)
     names = [n for n, config in configs().items() if type(value) is config]
@@ -229,8 +232,8 @@ def loss_table(loss: Any, mode: str = "rl") -> dict[str, Any]:
     if table is not None:
         return table
     raise SettingError("loss",
-                       f"loss={loss!r} must be a table with a 'type' key (one of {', '.join(LOSSES)}) or the config "
-                       f"of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
+                       f"loss={loss!r} must be a type (one of {', '.join(LOSSES)}), a table with a 'type' key or "
+                       f"the config of a loss training_mode={mode!r} trains with ({', '.join(loss_types(mode))})")
 
 
 def resolve_loss(c: Any) -> tuple[LossSpec, Any]:
@@ -273,8 +276,8 @@ def _build_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
     advantage = getattr(c, "advantage", None)
     table = table_of(advantage, lambda: {n: get_advantage(n).config for n in ADVANTAGES})
     if table is None:
-        raise SettingError("advantage", f"advantage={advantage!r} must be a table with a 'type' key (one of "
-                                        f"{', '.join(ADVANTAGES)}) or an estimator's config object")
+        raise SettingError("advantage", f"advantage={advantage!r} must be a type (one of {', '.join(ADVANTAGES)}), a "
+                                        "table with a 'type' key or an estimator's config object")
     kind = table.pop("type", None) or DEFAULT_ADVANTAGE  # a name, or an import path
     spec = get_advantage(kind)
     return spec, build_config("advantage", kind, spec.config, table, c)
