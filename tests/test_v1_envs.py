@@ -453,14 +453,35 @@ def test_a_renderer_of_verifiers_choice_reaches_the_train_client(tiny_model_dir)
     assert "\n" not in str(err.value)
 
 
-def test_a_v1_environment_among_several_envs_is_one_line_before_launch(tiny_model_dir):
-    """Several [[env]] train as one EnvGroup, which takes classic members: a v1 one among them is refused in the
-    config check (a prime train config with two sources meets it too), not found out mid-run."""
+def test_a_v1_environment_among_classic_envs_is_one_line_before_launch(tiny_model_dir):
+    """Several [[env]] train as one group of one API: a v1 one among classic ones is refused in the config check,
+    not found out mid-run."""
     from verifiers_rl.config.loading import ConfigError
     from verifiers_rl.config.schema import resolve_run
 
-    envs = [{"id": "v1_tiny_reverse", "api": "v1", "path": str(FIXTURES), "name": n} for n in ("a", "b")]
+    envs = [{"id": "v1_tiny_reverse", "api": "v1", "path": str(FIXTURES), "name": "a"},
+            {"id": "reverse-text", "api": "classic", "args": {"dataset_source": "offline"}, "name": "b"}]
     with pytest.raises(ConfigError) as err:
         resolve_run({"model": str(tiny_model_dir), "env": envs, "trainer": {"args": {"max_steps": 1}}}, preview=True)
-    assert str(err.value) == ("env.0.api: a verifiers v1 environment trains alone for now: several [[env]] with one "
-                              "among them are not supported yet; train it in a run of its own")
+    assert str(err.value).startswith("env.0.api: a verifiers v1 environment among classic ones: several [[env]] "
+                                     "train together when all are classic or all are v1")
+
+
+def test_vf_rl_trains_two_steps_on_two_v1_envs(tiny_model_dir, tmp_path):
+    """Two [[env]] v1 tasksets (prime-rl's two train sources) train as one stream: each step holds both members'
+    groups, each rollout runs on its own member (its words), and the metrics are logged per member."""
+    text = (FIXTURES / "v1_tiny_reverse.toml").read_text().replace('path = "."', f'path = "{FIXTURES}"')
+    one = text[text.index("[env]"):text.index("[inference]")]
+    two = "\n".join(one.replace("[env]", f'[[env]]\nname = "{n}"').replace('"cat", "lamp", "river", "stone"', words)
+                    for n, words in (("short", '"cat", "lamp"'), ("long", '"river", "stone", "mountain"')))
+    (tmp_path / "run.toml").write_text(text.replace(one, two))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run([*_cli("vf-rl", "verifiers_rl.cli.rl"), "@", "run.toml", "--model", str(tiny_model_dir),
+                        "--eval.before", "false"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=900)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    steps = [json.loads(l) for l in (tmp_path / "outputs/v1-tiny-reverse/metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in steps if "reward/all/mean" in r]
+    assert [r["step"] for r in trained] == [1, 2] and all(r["errors/rollouts"] == 0 for r in trained), trained
+    assert all("reward/short/mean" in r and "reward/long/mean" in r for r in trained), trained[0].keys()

@@ -166,9 +166,10 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
 def check_envs(cfg: RunConfig) -> None:
     keys = ["env" if not isinstance(cfg.env, list) else f"env.{i}" for i in range(len(cfg.envs))]
     apis = [check_env(key, e.id, e.args, e.api, e.path) for key, e in zip(keys, cfg.envs)]
-    if len(apis) > 1 and "v1" in apis:  # several [[env]] train as one EnvGroup, which takes classic members only
-        raise ConfigError(f"{keys[apis.index('v1')]}.api: a verifiers v1 environment trains alone for now: several "
-                          "[[env]] with one among them are not supported yet; train it in a run of its own")
+    if len(set(apis)) > 1:  # several [[env]] train as one group: envs.EnvGroup (classic) or v1.V1EnvGroup
+        raise ConfigError(f"{keys[apis.index('v1')]}.api: a verifiers v1 environment among classic ones: several "
+                          "[[env]] train together when all are classic or all are v1; give the v1 ones a run of "
+                          "their own")
     if cfg.eval is not None:
         for i, e in enumerate(cfg.eval.env):
             check_env(f"eval.env.{i}", e.id, e.args, e.api, e.path)

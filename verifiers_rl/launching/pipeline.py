@@ -69,10 +69,12 @@ def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any
         env = sub_envs[0]
     else:  # several [[env]]: one batch stream, groups in proportion to their ratios
         from verifiers_rl.envs.env_group import EnvGroup
+        from verifiers_rl.v1.env_group import V1EnvGroup
 
-        env = EnvGroup(sub_envs, env_names=[e.env_id for e in sub_envs],
-                       ratios=[e.ratio or 1.0 for e in cfg.envs])
-        env.env_id = "+".join(e.env_id for e in sub_envs)
+        names, ratios = [e.env_id for e in sub_envs], [e.ratio or 1.0 for e in cfg.envs]
+        v1 = all(hasattr(e, "run_episode") for e in sub_envs)  # V1Environment, without importing verifiers here
+        env = V1EnvGroup(sub_envs, names, ratios) if v1 else EnvGroup(sub_envs, env_names=names, ratios=ratios)
+        env.env_id = "+".join(names)
     return env, sub_envs
 
 

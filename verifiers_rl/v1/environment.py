@@ -19,7 +19,7 @@ from verifiers_rl.v1.loading import agent_seats, load_env, require_v1, v1_availa
 from verifiers_rl.v1.serving import EnvServing, PolicyEndpoint
 
 
-class _NoRubric:
+class NoRubric:
     """v1 tasks score inside their episode (`Task.score`): nothing left to do per group."""
 
     async def score_group(self, states: list) -> None:
@@ -40,7 +40,7 @@ class V1Environment:
         if renderer:  # checked by verifiers' own config now, not at the first rollout
             model_context("http://127.0.0.1", "policy", "policy", None, renderer_config=renderer)
         self.sampling_args: dict[str, Any] = {}
-        self.rubric = _NoRubric()
+        self.rubric = NoRubric()
         if getattr(env.taskset, "INFINITE", False) and max_tasks is None:
             raise ValueError(f"v1 taskset {self.env_id!r} is endless: take its first N tasks with max_tasks (vf-rl: "
                              "[env] args.max_tasks = N; vf-eval: --env-args '{\"max_tasks\": N}'; a notebook: "

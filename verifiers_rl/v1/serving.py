@@ -14,6 +14,41 @@ import threading
 from typing import Any, Awaitable, Callable
 
 
+class _SharedLoop:
+    """The one loop thread every v1 env's `serving()` and episodes run on in this process: verifiers binds asyncio
+    objects of its harnesses to the loop that first uses them, so two envs on two loops (several [[env]], a train
+    and an eval env) would meet a lock "bound to a different event loop". Started by the first user, stopped when
+    the last one leaves."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._users = 0
+
+    def acquire(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name="vf-v1-env", daemon=True)
+                self._thread.start()
+            self._users += 1
+            return self._loop
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or self._loop is None:
+                return
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=10)
+
+
+_SHARED = _SharedLoop()
+
+
 class EnvServing:
     """`serving = EnvServing(env).start(); await serving.call(lambda: env.run_slot(...)); serving.close()`."""
 
@@ -21,7 +56,6 @@ class EnvServing:
         self.env = env
         self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
         self._held: Any = None
         self._lock = threading.Lock()
@@ -41,17 +75,15 @@ class EnvServing:
         with self._lock:
             if self._loop is not None:
                 return self
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="vf-v1-env", daemon=True)
-            thread.start()
+            loop = _SHARED.acquire()
             ready: Any = __import__("concurrent.futures").futures.Future()
             self._held = asyncio.run_coroutine_threadsafe(self._hold(ready), loop)
             try:
                 ready.result(timeout=self.timeout_s)
             except BaseException:
-                loop.call_soon_threadsafe(loop.stop)
+                _SHARED.release()
                 raise
-            self._loop, self._thread = loop, thread
+            self._loop = loop
             atexit.register(self.close)
         return self
 
@@ -70,9 +102,7 @@ class EnvServing:
             loop.call_soon_threadsafe(self._stop.set)
         with contextlib.suppress(BaseException):
             self._held.result(timeout=60)
-        loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        _SHARED.release()
 
 
 class PolicyEndpoint:
