@@ -467,6 +467,21 @@ def test_a_v1_environment_among_classic_envs_is_one_line_before_launch(tiny_mode
                                      "train together when all are classic or all are v1")
 
 
+def test_a_v1_taskset_that_is_not_installed_is_one_line_before_launch(tiny_model_dir):
+    """vf-rl's check finds the taskset's module as verifiers will (`owner/name@version` → `name`, verifiers' own
+    first), without importing it: a missing one is named before the trainer starts and loads the model."""
+    from verifiers_rl.config.loading import ConfigError
+    from verifiers_rl.config.schema import resolve_run
+
+    base = {"model": str(tiny_model_dir), "trainer": {"args": {"max_steps": 1}}}
+    with pytest.raises(ConfigError) as err:
+        resolve_run({**base, "env": {"id": "someone/no-such-taskset@0.1", "api": "v1"}}, preview=True)
+    assert str(err.value).startswith("env.id: v1 taskset 'someone/no-such-taskset@0.1' is not installed (no module "
+                                     "'no_such_taskset', nor one in verifiers)")
+    ok = resolve_run({**base, "env": {"id": "v1_tiny_reverse", "api": "v1", "path": str(FIXTURES)}}, preview=True)
+    assert ok.cfg.envs[0].id == "v1_tiny_reverse"
+
+
 def test_vf_rl_trains_two_steps_on_two_v1_envs(tiny_model_dir, tmp_path):
     """Two [[env]] v1 tasksets (prime-rl's two train sources) train as one stream: each step holds both members'
     groups, each rollout runs on its own member (its words), and the metrics are logged per member."""

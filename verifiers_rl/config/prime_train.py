@@ -252,6 +252,8 @@ def _train(r: _Reader, o: Translation) -> None:
     o.put("env", envs[0] if len(envs) == 1 else envs, "orchestrator.train.source")
     if len(envs) == 1:
         o.origin["env"] = "orchestrator.train.source.0"
+    for i in range(len(envs)):  # the id is the taskset's
+        o.origin["env.id" if len(envs) == 1 else f"env.{i}.id"] = f"orchestrator.train.source.{i}.env.taskset.id"
 
 
 def _loss(r: _Reader, o: Translation) -> None:

@@ -126,11 +126,11 @@ def rl_config_kwargs(cfg: RunConfig, output_dir: str | None = None) -> dict[str,
 
 def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto", path: str | None = None) -> str:
     """The env module imports and its load_environment() takes these args (nothing is loaded); a v1 environment:
-    verifiers 0.4 is installed (its config is checked when it loads). Returns the API it speaks."""
+    verifiers 0.4 and its taskset are installed (its config is checked when it loads). Returns the API it speaks."""
     import inspect
 
-    from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, import_env_module,
-                                           environment_api)
+    from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, environment_api,
+                                           import_env_module, v1_module)
     from verifiers_rl.verifiers_runtime import V1_INSTALL, V1_RANGE, v1_version
 
     try:
@@ -145,6 +145,10 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
         if v1_version() is None:
             raise ConfigError(f"{key}.api: a verifiers v1 environment needs verifiers{V1_RANGE}: install it with "
                               f"{V1_INSTALL}")
+        if v1_module(env_id) is None:  # before launch, not once the trainer has loaded the model
+            raise ConfigError(f"{key}.id: v1 taskset {env_id!r} is not installed (no module "
+                              f"{env_id.rsplit('/', 1)[-1].split('@', 1)[0].replace('-', '_').lower()!r}, nor one "
+                              "in verifiers): install its package, or set path to the folder holding it")
         return "v1"
     loader = getattr(module, "load_environment", None)
     if loader is None:

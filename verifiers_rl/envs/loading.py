@@ -192,6 +192,19 @@ def _shipped_v1_taskset(name: str) -> bool:
         return False
 
 
+def v1_module(env_id: str) -> str | None:
+    """The module a v1 taskset or Env id imports as verifiers names it (`owner/name@version` → `name`, '-' → '_';
+    verifiers' own package first), without importing it; None: nothing of that name is installed."""
+    name = env_id.strip().rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+    for module in (f"verifiers.v1.tasksets.{name}", f"verifiers.v1.envs.{name}", name):
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return module
+        except (ImportError, ValueError):
+            continue
+    return None
+
+
 def environment_api(env_id: str, api: str = "auto", path: str | Path | None = None) -> tuple[str, str]:
     """THE decision: ("classic" | "v1", why). Auto imports the module (the classic loader would import it next)."""
     if api not in API_CHOICES:
