@@ -130,7 +130,7 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
     import inspect
 
     from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, environment_api,
-                                           import_env_module, v1_module)
+                                           import_env_module, v1_module, v1_module_name)
     from verifiers_rl.verifiers_runtime import V1_INSTALL, V1_RANGE, v1_version
 
     try:
@@ -147,8 +147,8 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
                               f"{V1_INSTALL}")
         if v1_module(env_id) is None:  # before launch, not once the trainer has loaded the model
             raise ConfigError(f"{key}.id: v1 taskset {env_id!r} is not installed (no module "
-                              f"{env_id.rsplit('/', 1)[-1].split('@', 1)[0].replace('-', '_').lower()!r}, nor one "
-                              "in verifiers): install its package, or set path to the folder holding it")
+                              f"{v1_module_name(env_id)!r}, nor one in verifiers): install its package, or set path "
+                              "to the folder holding it")
         return "v1"
     loader = getattr(module, "load_environment", None)
     if loader is None:

@@ -192,10 +192,15 @@ def _shipped_v1_taskset(name: str) -> bool:
         return False
 
 
+def v1_module_name(env_id: str) -> str:
+    """The module name verifiers imports a v1 taskset or Env id as: `owner/name@version` → `name`, '-' → '_'."""
+    return env_id.strip().rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+
+
 def v1_module(env_id: str) -> str | None:
-    """The module a v1 taskset or Env id imports as verifiers names it (`owner/name@version` → `name`, '-' → '_';
-    verifiers' own package first), without importing it; None: nothing of that name is installed."""
-    name = env_id.strip().rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+    """The module a v1 taskset or Env id imports (`v1_module_name`; verifiers' own package first), without importing
+    it; None: nothing of that name is installed."""
+    name = v1_module_name(env_id)
     for module in (f"verifiers.v1.tasksets.{name}", f"verifiers.v1.envs.{name}", name):
         try:
             if importlib.util.find_spec(module) is not None:

@@ -87,6 +87,7 @@ class DecodeStep:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self._tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}  # (dtype, device) -> rotary cos, sin
+        self._static_rope = getattr(inner.rotary_emb, "rope_type", None) in _STATIC_ROPE
 
     @staticmethod
     def for_model(model: Any) -> DecodeStep | None:
@@ -186,7 +187,7 @@ class DecodeStep:
     def _rotary_at(self, x: torch.Tensor, positions: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """`_rotary` for positions < `width`, read from a table made once (the same values: each is a function of
         its position alone), for the RoPE types where that holds."""
-        if getattr(self.inner.rotary_emb, "rope_type", None) not in _STATIC_ROPE:
+        if not self._static_rope:
             return self._rotary(x, positions)
         table = self._tables.get((x.dtype, x.device))
         if table is None or len(table[0]) < width:

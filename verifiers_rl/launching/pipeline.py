@@ -70,9 +70,10 @@ def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any
     else:  # several [[env]]: one batch stream, groups in proportion to their ratios
         from verifiers_rl.envs.env_group import EnvGroup
         from verifiers_rl.v1.env_group import V1EnvGroup
+        from verifiers_rl.v1.environment import V1Environment
 
         names, ratios = [e.env_id for e in sub_envs], [e.ratio or 1.0 for e in cfg.envs]
-        v1 = all(hasattr(e, "run_episode") for e in sub_envs)  # V1Environment, without importing verifiers here
+        v1 = all(isinstance(e, V1Environment) for e in sub_envs)
         env = V1EnvGroup(sub_envs, names, ratios) if v1 else EnvGroup(sub_envs, env_names=names, ratios=ratios)
         env.env_id = "+".join(names)
     return env, sub_envs
