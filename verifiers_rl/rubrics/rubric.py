@@ -111,6 +111,8 @@ class Rubric:
 
     async def cleanup(self, state: Any) -> None:
         """Run the rubric's cleanup handlers on a scored rollout."""
+        if not self._cleanup_handlers:  # the usual case: no per-rollout reads of the state
+            return
         objects = {"prompt": state.get("prompt"), "completion": state.get("completion"),
                    "answer": state.get("answer", ""), "info": state.get("info", {}), "task": state.get("task"),
                    **self.class_objects}
