@@ -27,10 +27,8 @@ def _cell(text: Any) -> str:
 def _default(value: Any) -> str:
     if value is PydanticUndefined:
         return "required"
-    if value is None:
-        return '"None"'
-    if isinstance(value, str):
-        return f'"{value}"' if value else '""'
+    if value is None or isinstance(value, str):
+        return f'"{value}"'
     if isinstance(value, bool):
         return str(value).lower()
     return f"{value}" if not hasattr(value, "value") else f'"{value.value}"'

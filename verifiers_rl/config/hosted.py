@@ -7,6 +7,7 @@ from `MAPPING`.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from typing import Any, Literal
@@ -165,13 +166,6 @@ def _validate(raw: dict[str, Any]) -> HostedConfig:
         raise ConfigError(msg) from None
 
 
-def _hosted_value(h: HostedConfig, path: str) -> Any:
-    value: Any = h
-    for part in path.split("."):
-        value = getattr(value, part, None) if value is not None else None
-    return value
-
-
 def _envs(h: HostedConfig, o: Any) -> None:
     """[[env]] (with buffer.env_ratios) → vf-rl's `env`: one table, or a list for several."""
     ratios = h.buffer.env_ratios if h.buffer is not None else None
@@ -208,7 +202,8 @@ def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     o.put("model", h.model, "model")
     for rule in MAPPING:  # the direct rules: the hosted value, when given, as is
         if rule.direct:
-            o.arg(rule.target.removeprefix("trainer.args."), _hosted_value(h, rule.key), rule.key)
+            value = functools.reduce(lambda v, part: getattr(v, part, None), rule.key.split("."), h)
+            o.arg(rule.target.removeprefix("trainer.args."), value, rule.key)
     if h.batch_size >= 1:
         o.arg("micro_batch_size", math.gcd(h.batch_size, DEFAULT_MICRO_BATCH), "batch_size")
     if h.trajectory_strategy == "branching":

@@ -10,7 +10,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from verifiers_rl.errors import ConfigError  # noqa: F401  (defined with the other errors; re-exported)
 
@@ -42,15 +42,18 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def map_leaves(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """`fn` applied to each value in nested tables and lists that is neither."""
+    if isinstance(value, dict):
+        return {k: map_leaves(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_leaves(v, fn) for v in value]
+    return fn(value)
+
+
 def none_strings(value: Any) -> Any:
     """TOML has no null: the string "None" stands for it."""
-    if value == "None":
-        return None
-    if isinstance(value, dict):
-        return {k: none_strings(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [none_strings(v) for v in value]
-    return value
+    return map_leaves(value, lambda v: None if v == "None" else v)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -115,58 +118,66 @@ def set_path(cfg: dict[str, Any], dotted: str, value: Any) -> None:
     keys = _key_parts(dotted)
     node: Any = cfg
     for i, k in enumerate(keys):
-        last = i == len(keys) - 1
-        nxt_is_index = not last and keys[i + 1].isdigit()
+        key: Any = k
         if isinstance(node, list):
             if not k.isdigit():
                 where = ".".join(keys[:i])
                 raise ConfigError(f"{where}: is a list; index it with a number (--{where}.0...)")
-            idx = int(k)
-            if idx > len(node):
-                raise ConfigError(f"{'.'.join(keys[:i + 1])}: index {idx} is past the end of a list of {len(node)}")
-            if idx == len(node):
-                node.append([] if nxt_is_index else {})
-            if last:
-                node[idx] = _merge_value(node[idx], value)
-                return
-            if not isinstance(node[idx], (dict, list)):
-                node[idx] = [] if nxt_is_index else {}
-            node = node[idx]
-            continue
-        if not isinstance(node, dict):
+            key = int(k)
+            if key > len(node):
+                raise ConfigError(f"{'.'.join(keys[:i + 1])}: index {key} is past the end of a list of {len(node)}")
+            if key == len(node):
+                node.append(None)
+        elif not isinstance(node, dict):
             raise ConfigError(f"{'.'.join(keys[:i])}: is not a table, cannot set {dotted}")
-        if last:
-            node[k] = _merge_value(node.get(k), value)
+        old = node[key] if isinstance(node, list) else node.get(key)
+        if i == len(keys) - 1:
+            # a table given on the command line merges into the table it overrides (like a later @ file would)
+            node[key] = deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
             return
-        if not isinstance(node.get(k), (dict, list)):
-            node[k] = [] if nxt_is_index else {}
-        node = node[k]
+        if not isinstance(old, (dict, list)):
+            node[key] = [] if keys[i + 1].isdigit() else {}
+        node = node[key]
 
 
-def _merge_value(old: Any, new: Any) -> Any:
-    # A table given on the command line merges into the table it overrides (like a later @ file would).
-    if isinstance(old, dict) and isinstance(new, dict):
-        return deep_merge(old, new)
-    return new
+def pop_path(cfg: dict[str, Any], dotted: str, *, keep: bool = False) -> tuple[bool, Any]:
+    """(whether `a.b.c` is in the nested tables, its value), removing it unless `keep`."""
+    *parents, last = dotted.split(".")
+    node: Any = cfg
+    for k in parents:
+        node = node.get(k) if isinstance(node, dict) else None
+    if isinstance(node, dict) and last in node:
+        return True, node[last] if keep else node.pop(last)
+    return False, None
 
 
-def _env_or_scoped_file(argv: list[str], i: int, files: list[Any], options: dict[str, Any]) -> int:
-    """`-e VAR[=value]` / `--wandb-api-key KEY` (into options' env_vars) or `--trainer @ trainer.toml` (a
-    ScopedFile) at argv[i]: how many arguments it took (0: neither)."""
+def _file_or_env_option(argv: list[str], i: int, files: list[Any], options: dict[str, Any]) -> int:
+    """A config file (`@ a.toml`, `@a.toml`, `a.toml`, `--trainer @ trainer.toml`: a ScopedFile) or `-e VAR[=value]`
+    / `--wandb-api-key KEY` (into options' env_vars) at argv[i]: how many arguments it took (0: none of those)."""
     a = argv[i]
+    nxt = argv[i + 1] if i + 1 < len(argv) else ""
+    if a == "@":
+        if i + 1 >= len(argv):
+            raise ConfigError("'@' must be followed by a config file path")
+        files.append(Path(nxt))
+        return 2
+    if a.startswith("@"):
+        files.append(Path(a[1:]))
+        return 1
     if a in ENV_OPTIONS:
         if i + 1 >= len(argv):
             raise ConfigError(f"{a} needs a value ({'KEY' if a == '--wandb-api-key' else 'VAR or VAR=value'})")
-        val = argv[i + 1]
-        options.setdefault("env_vars", []).append(f"WANDB_API_KEY={val}" if a == "--wandb-api-key" else val)
+        options.setdefault("env_vars", []).append(f"WANDB_API_KEY={nxt}" if a == "--wandb-api-key" else nxt)
         return 2
-    nxt = argv[i + 1] if i + 1 < len(argv) else ""
     if a.startswith("--") and "=" not in a and nxt.startswith("@"):
         path = (argv[i + 2] if i + 2 < len(argv) else "") if nxt == "@" else nxt[1:]
         if not path:
             raise ConfigError(f"{a} @ must be followed by a config file path")
         files.append(ScopedFile(".".join(_key_parts(a[2:])), Path(path)))
         return 3 if nxt == "@" else 2
+    if a.endswith(".toml") and not a.startswith("-"):  # `vf-rl run config.toml`: the @ is implied
+        files.append(Path(a))
+        return 1
     return 0
 
 
@@ -179,23 +190,9 @@ def split_argv(argv: list[str]) -> tuple[list[Any], list[tuple[str, Any]], dict[
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a == "@":
-            if i + 1 >= len(argv):
-                raise ConfigError("'@' must be followed by a config file path")
-            files.append(Path(argv[i + 1]))
-            i += 2
-            continue
-        if a.startswith("@") and len(a) > 1:
-            files.append(Path(a[1:]))
-            i += 1
-            continue
-        used = _env_or_scoped_file(argv, i, files, options)
+        used = _file_or_env_option(argv, i, files, options)
         if used:
             i += used
-            continue
-        if a.endswith(".toml") and not a.startswith("-"):  # `vf-rl run config.toml`: the @ is implied
-            files.append(Path(a))
-            i += 1
             continue
         if not a.startswith("--") or a == "--":
             raise ConfigError(f"unexpected argument {a!r}; give config files as '@ file.toml' and keys as "
@@ -272,8 +269,6 @@ def read_env_file(path: str | Path) -> dict[str, str]:
 
 def load_env_files(paths: list[str], environ: Any = None) -> list[str]:
     """Put each file's variables into `environ` without overriding ones already set; their names (never values)."""
-    import os
-
     environ = os.environ if environ is None else environ
     names: list[str] = []
     for p in paths:

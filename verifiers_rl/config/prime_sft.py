@@ -22,9 +22,11 @@ MODEL_SET_ASIDE = ("seq_len", "impl", "attn", "compile", "ac_offloading", "fsdp_
 DATA_SET_ASIDE = ("micro_batch_size", "num_workers", "shuffle", "probabilities", "stopping_strategy")
 
 
-def _rest(where: str, table: dict[str, Any]) -> None:
-    if table:
-        raise ConfigError(f"{where}{next(iter(table))}: not supported yet by vf-sft")
+def _rest(where: str, table: dict[str, Any], set_aside: tuple[str, ...] = ()) -> None:
+    """An error naming the first key of `table` not set aside (the keys translated are popped before)."""
+    left = [k for k in table if k not in set_aside]
+    if left:
+        raise ConfigError(f"{where}{left[0]}: not supported yet by vf-sft")
 
 
 def _dataset(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -55,9 +57,7 @@ def _model(model: dict[str, Any], trainer: dict[str, Any]) -> str:
         _rest("model.lora.", lora)
     if isinstance(model.pop("ac", None), dict):
         trainer["gradient_checkpointing"] = True
-    for key in MODEL_SET_ASIDE:
-        model.pop(key, None)
-    _rest("model.", model)
+    _rest("model.", model, MODEL_SET_ASIDE)
     return name
 
 
@@ -92,9 +92,7 @@ def _val(raw: dict[str, Any]) -> dict[str, Any] | None:
         raise ConfigError("val.eval_on_start: not supported yet by vf-sft (its first validation is at `interval`)")
     data = dict(val.pop("data", {}) or {})
     out = {**_dataset(data, "val.data"), "interval": val.pop("interval", 50)}
-    for key in (*DATA_SET_ASIDE, "batch_size", "seq_len", "seed", "loss_mask"):
-        data.pop(key, None)
-    _rest("val.data.", data)
+    _rest("val.data.", data, (*DATA_SET_ASIDE, "batch_size", "seq_len", "seed", "loss_mask"))
     _rest("val.", val)
     return out
 
@@ -113,22 +111,18 @@ def translate(raw: dict[str, Any]) -> dict[str, Any]:
     trainer["batch_size"] = data.pop("batch_size", PRIME_SFT_DEFAULTS["batch_size"])
     if "seed" in data:
         trainer["seed"] = data.pop("seed")
-    for key in DATA_SET_ASIDE:
-        data.pop(key, None)
-    _rest("data.", data)
-    max_steps = raw.pop("max_steps", None)
-    if max_steps is not None:
+    _rest("data.", data, DATA_SET_ASIDE)
+    if (max_steps := raw.pop("max_steps", None)) is not None:
         trainer["max_steps"] = max_steps
     _optimizer(raw, trainer)
-    val = _val(raw)
-    if val is not None:
+    if (val := _val(raw)) is not None:
         out["val"] = val
     trainer.update(own)
     ckpt = dict(raw.pop("ckpt", None) or {})
     # no interval: at the end only (of the run as the command line sizes it too; vf-sft's default is 500 steps)
     trainer.setdefault("save_steps", ckpt.pop("interval", None) or trainer.get("max_steps", 500))
     aside = sorted([k for k in raw if k in SET_ASIDE] + [f"ckpt.{k}" for k in ckpt])
-    _rest("", {k: v for k, v in raw.items() if k not in SET_ASIDE})
+    _rest("", raw, SET_ASIDE)
     print("prime-rl SFT config: translated for vf-sft" + (f"; set aside (they size or place the hosted run): "
           f"{', '.join(aside)}" if aside else ""), file=sys.stderr, flush=True)
     return out

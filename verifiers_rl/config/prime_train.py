@@ -11,7 +11,7 @@ import math
 import sys
 from typing import Any
 
-from verifiers_rl.config.loading import ConfigError
+from verifiers_rl.config.loading import ConfigError, pop_path
 from verifiers_rl.config.prime_train_table import (ALGO_MODES, DEFAULT_MICRO_BATCH, DEPRECATED, IGNORED,
                                                    PRIME_RL_DEFAULTS)
 
@@ -27,13 +27,8 @@ class _Reader:
         self.raw = copy.deepcopy(raw)
 
     def take(self, path: str, default: Any = None) -> Any:
-        node: Any = self.raw
-        *parents, last = path.split(".")
-        for p in parents:
-            node = node.get(p) if isinstance(node, dict) else None
-        if isinstance(node, dict) and last in node:
-            return node.pop(last)
-        return default
+        found, value = pop_path(self.raw, path)
+        return value if found else default
 
     def table(self, path: str) -> dict[str, Any]:
         value = self.take(path, {})
@@ -52,11 +47,8 @@ def _leaves(node: Any, prefix: str) -> list[str]:
 
 def _ignored(path: str) -> bool:
     parts = path.split(".")
-    for pattern in IGNORED:
-        pat = pattern.split(".")
-        if len(parts) >= len(pat) and all(p in ("*", q) for p, q in zip(pat, parts)):
-            return True
-    return False
+    return any(len(parts) >= len(pat) and all(p in ("*", q) for p, q in zip(pat, parts))
+               for pat in (pattern.split(".") for pattern in IGNORED))
 
 
 def _rest(where: str, table: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
@@ -90,8 +82,7 @@ def _first(r: _Reader, *paths: str) -> tuple[Any, str]:
 
 
 def _run_size(r: _Reader, o: Translation) -> None:
-    name = r.take("name")
-    o.arg("run_name", name, "name")
+    o.arg("run_name", r.take("name"), "name")
     model = r.table("model")
     if not isinstance(model.get("name"), str):
         raise ConfigError('model.name: required key is missing (the policy: [model] name = "<hub id or dir>")')
@@ -142,9 +133,7 @@ def _teacher(algo: dict[str, Any], where: str) -> dict[str, Any] | None:
         raise ConfigError(f"{key}: a frozen model reference needs base_url (and name)")
     ref = dict(ref)
     teacher = {"url": ref.pop("base_url"), "name": ref.pop("name", None), "api_key_var": ref.pop("api_key_var", None)}
-    for k in ("wait_for_ready_timeout", "timeout", "headers", "skip_model_check"):
-        ref.pop(k, None)
-    _rest(key, ref)
+    _rest(key, ref, ("wait_for_ready_timeout", "timeout", "headers", "skip_model_check"))
     return {k: v for k, v in teacher.items() if v is not None}
 
 
@@ -223,10 +212,9 @@ def _train(r: _Reader, o: Translation) -> None:
     envs, gated, seen = [], [], {}
     for i, s in enumerate(sources):
         where = f"orchestrator.train.source.{i}"
-        if s.get("group_size", group) != group:
-            raise ConfigError(f"{where}.group_size: {s['group_size']} differs from orchestrator.group_size "
+        if (own := s.pop("group_size", group)) != group:
+            raise ConfigError(f"{where}.group_size: {own} differs from orchestrator.group_size "
                               f"{group}; the local trainer uses one group size per run")
-        s.pop("group_size", None)
         for target, (value, key) in _sampling(s.pop("sampling", {}) or {}, f"{where}.sampling").items():
             if seen.setdefault(target, value) != value:
                 raise ConfigError(f"{key}: differs from another source's; the local trainer samples all envs "
@@ -249,9 +237,8 @@ def _train(r: _Reader, o: Translation) -> None:
         o.arg(target, value, where)
     if all(gated):
         o.arg("online_difficulty_filtering", True, "orchestrator.train.source.0.curriculum.gates")
-    o.put("env", envs[0] if len(envs) == 1 else envs, "orchestrator.train.source")
-    if len(envs) == 1:
-        o.origin["env"] = "orchestrator.train.source.0"
+    o.put("env", envs[0] if len(envs) == 1 else envs,
+          "orchestrator.train.source.0" if len(envs) == 1 else "orchestrator.train.source")
     for i in range(len(envs)):  # the id is the taskset's
         o.origin["env.id" if len(envs) == 1 else f"env.{i}.id"] = f"orchestrator.train.source.{i}.env.taskset.id"
 
@@ -265,10 +252,9 @@ def _loss(r: _Reader, o: Translation) -> None:
     if kl_tau is not None:
         o.arg("loss", {"kl_tau": kl_tau}, "trainer.loss.kl_tau")
     for key, default in (("dppo_mask_low", 0.2), ("dppo_mask_high", 0.2), ("adv_tau", 1.0)):
-        if loss.get(key, default) != default:
+        if loss.pop(key, default) != default:
             raise ConfigError(f"trainer.loss.{key}: not supported yet by the local trainer (its loss masks tokens by "
                               "importance ratio: trainer.args.loss.mask_ratio_low / mask_ratio_high in a vf-rl config)")
-        loss.pop(key, None)
     _rest("trainer.loss", loss)
 
 
@@ -291,9 +277,8 @@ def _optim(r: _Reader, o: Translation) -> None:
     o.arg("lr_scheduler_type", kind, "trainer.scheduler.type")
     if kind != "constant":
         o.arg("warmup_steps", sched.pop("warmup_steps", 10), "trainer.scheduler.warmup_steps")
-    if sched.get("min_lr", 0.0) != 0.0:
+    if sched.pop("min_lr", 0.0) != 0.0:
         raise ConfigError("trainer.scheduler.min_lr: not supported yet by the local trainer (0: decay to zero)")
-    sched.pop("min_lr", None)
     _rest("trainer.scheduler", sched)
 
 
@@ -331,9 +316,8 @@ def _eval(r: _Reader, o: Translation, renderer: dict[str, Any] | None) -> None:
     if ev is None:
         return
     ev = dict(ev)
-    if "eval_base_model" in ev:
-        legacy = ev.pop("eval_base_model")
-        ev.setdefault("skip_first_step", not legacy)
+    if "eval_base_model" in ev:  # the deprecated spelling, inverted
+        ev.setdefault("skip_first_step", not ev.pop("eval_base_model"))
     out: dict[str, Any] = {"interval": ev.pop("interval", PRIME_RL_DEFAULTS["eval_interval"]),
                            "num_examples": ev.pop("num_examples", -1),
                            "rollouts_per_example": ev.pop("group_size", 1),
@@ -343,14 +327,12 @@ def _eval(r: _Reader, o: Translation, renderer: dict[str, Any] | None) -> None:
         out["temperature"] = sampling.pop("temperature")
     _eval_tokens(sampling, "orchestrator.eval.sampling", o)
     _rest("orchestrator.eval.sampling", sampling)
-    ev.pop("retrigger_on_resume", None)
     for i, s in enumerate(ev.pop("source", []) or []):
         where = f"orchestrator.eval.source.{i}"
         s = dict(s)
-        if s.get("interval", out["interval"]) != out["interval"]:
+        if s.pop("interval", out["interval"]) != out["interval"]:
             raise ConfigError(f"{where}.interval: differs from orchestrator.eval.interval; the local trainer "
                               "evaluates every env at one interval")
-        s.pop("interval", None)
         # the local eval samples all envs alike (orchestrator.eval.sampling): a source's own is not read
         own = dict(s.pop("sampling", {}) or {})
         _eval_tokens(own, f"{where}.sampling", o)
@@ -363,7 +345,7 @@ def _eval(r: _Reader, o: Translation, renderer: dict[str, Any] | None) -> None:
                 item[target] = s.pop(key)
         _rest(where, s)
         out["env"].append(item)
-    _rest("orchestrator.eval", ev)
+    _rest("orchestrator.eval", ev, ("retrigger_on_resume",))
     o.put("eval", out, "orchestrator.eval")
     for k in ("interval", "num_examples", "temperature", "env"):
         o.origin[f"eval.{k}"] = f"orchestrator.eval.{k}"
@@ -393,16 +375,12 @@ def _logging(r: _Reader, o: Translation) -> None:
     if isinstance(ckpt, dict):
         o.arg("save_steps", ckpt.pop("interval", None), "ckpt.interval")
         o.arg("save_total_limit", ckpt.pop("keep_last", None), "ckpt.keep_last")
-        ckpt.pop("output_dir", None)
-        _rest("ckpt", ckpt, ("keep_interval",))
+        _rest("ckpt", ckpt, ("keep_interval", "output_dir"))
 
 
 def _deprecated(r: _Reader, o: Translation) -> None:
     for key, why in DEPRECATED.items():
-        node = r.raw
-        for part in key.split(".")[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and key.rsplit(".", 1)[1] in node:
+        if pop_path(r.raw, key, keep=True)[0]:
             _warn(f"{key} is deprecated: {why}")
     r.take("orchestrator.trajectory_strategy")
     buffer = r.take("orchestrator.buffer")

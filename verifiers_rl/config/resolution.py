@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from verifiers_rl.config import hosted as hosted_mod
 from verifiers_rl.config import prime_train
-from verifiers_rl.config.loading import ConfigError, deep_merge, load_env_files, parse_args, set_path
+from verifiers_rl.config.loading import ConfigError, deep_merge, load_env_files, parse_args, pop_path, set_path
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS, EnvSection, RunConfig, close_match, one_line
 from verifiers_rl.config.trainer_args import preview_class, rl_field_info
 from verifiers_rl.config.validation import check_envs, cross_checks, rl_config_kwargs
@@ -70,25 +70,14 @@ def normalize_wandb(raw: dict[str, Any], hosted: bool) -> dict[str, Any]:
     return raw
 
 
-def _pop_path(raw: dict[str, Any], dotted: str) -> tuple[bool, Any]:
-    node: Any = raw
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        node = node.get(k) if isinstance(node, dict) else None
-    if isinstance(node, dict) and keys[-1] in node:
-        return True, node.pop(keys[-1])
-    return False, None
-
-
 def apply_renames(raw: dict[str, Any]) -> dict[str, Any]:
     """Each deprecated key moves to its new name with one warning line; both given is an error."""
     raw = copy.deepcopy(raw)
     for old, new in RENAMED.items():
-        found, value = _pop_path(raw, old)
+        found, value = pop_path(raw, old)
         if not found:
             continue
-        there, _ = _pop_path(copy.deepcopy(raw), new)
-        if there:
+        if pop_path(raw, new, keep=True)[0]:
             raise ConfigError(f"{old}: renamed {new}, which is set too; keep only {new}")
         print(f"warning: {old} is deprecated: it is now {new} (set that instead)", file=sys.stderr, flush=True)
         set_path(raw, new, value)
@@ -142,13 +131,8 @@ def compose(raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 def _normalize_sections(raw: dict[str, Any]) -> dict[str, Any]:
     """Bare `--eval` / `--no-eval` on the command line: true enables an optional section with its defaults."""
-    raw = dict(raw)
-    for name in OPTIONAL_SECTIONS:
-        if raw.get(name) is True:
-            raw[name] = {}
-        elif raw.get(name) is False:
-            raw[name] = None
-    return raw
+    flags = {name: {} if raw[name] else None for name in OPTIONAL_SECTIONS if isinstance(raw.get(name), bool)}
+    return {**raw, **flags}
 
 
 def _check_env_list(raw: dict[str, Any]) -> dict[str, Any]:

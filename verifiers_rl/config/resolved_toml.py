@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from verifiers_rl.config.loading import map_leaves
 from verifiers_rl.config.resolution import ResolvedRun
 from verifiers_rl.config.sections import OPTIONAL_SECTIONS
 from verifiers_rl.config.trainer_args import rl_field_info
@@ -40,8 +41,7 @@ def resolved_trainer_args(args: Any, user: dict[str, Any]) -> dict[str, Any]:
     """Every RLConfig field's resolved value (RLConfig's own fields first), as TOML-able data."""
     info = rl_field_info()
     out: dict[str, Any] = {}
-    order = info.own + [n for n in info.names if n not in info.own]
-    for name in order:
+    for name in info.own + [n for n in info.names if n not in info.own]:
         if name in _SKIP_FIELDS or (name in _DERIVED_FIELDS and name not in user):
             continue
         if name in DEPRECATED_KEYS and getattr(args, name, None) is None:
@@ -52,10 +52,8 @@ def resolved_trainer_args(args: Any, user: dict[str, Any]) -> dict[str, Any]:
             value = _built_table(args, name)
         else:
             value = getattr(args, name, _SKIP)
-        value = _plain(value)
-        if value is _SKIP:
-            continue
-        out[name] = value
+        if (value := _plain(value)) is not _SKIP:
+            out[name] = value
     return out
 
 
@@ -72,14 +70,9 @@ def _built_table(args: Any, section: str) -> dict[str, Any]:
 def resolved_dict(run: ResolvedRun) -> dict[str, Any]:
     """The whole run with every default filled in (the GPU counts only where the config states them): what
     `--dry-run` writes and `vf-rl @` accepts back, on the same machines."""
-    d = run.cfg.model_dump(mode="python")
-    for name in ("training_mode", "teacher"):  # folded into trainer.args (RLConfig's training_mode, teacher_*)
-        d.pop(name, None)
-    for name in OPTIONAL_SECTIONS:
-        if d.get(name) is None:
-            d.pop(name, None)
-    if d.get("model") is None:
-        d.pop("model")
+    # training_mode and [teacher] are folded into trainer.args (RLConfig's training_mode, teacher_*)
+    d = {k: v for k, v in run.cfg.model_dump(mode="python").items()
+         if k not in ("training_mode", "teacher") and (v is not None or k not in ("model", *OPTIONAL_SECTIONS))}
     for name in ("inference", "trainer"):  # a GPU count is a request only as the user states it (plan.gpus_asked)
         if "gpus" not in getattr(run.cfg, name).model_fields_set:
             d[name].pop("gpus", None)
@@ -89,13 +82,7 @@ def resolved_dict(run: ResolvedRun) -> dict[str, Any]:
 
 def to_toml_data(value: Any) -> Any:
     """None → "None" (TOML has no null)."""
-    if value is None:
-        return "None"
-    if isinstance(value, dict):
-        return {k: to_toml_data(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [to_toml_data(v) for v in value]
-    return value
+    return map_leaves(value, lambda v: "None" if v is None else v)
 
 
 def dumps_toml(data: dict[str, Any], header: str = "") -> str:

@@ -3,7 +3,6 @@ Every mistake is a one-line `ConfigError` starting with the key path (docs/confi
 
 from __future__ import annotations
 
-# The schema lives in focused modules; this one keeps every name importable from where it always was.
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.resolution import (
     ResolvedRun, build_rl_config, check_trainer_args, load_run, map_origin, resolve_run, validate_run_config,

@@ -168,11 +168,7 @@ OPTIONAL_SECTIONS = {"tiny_model", "warmup", "eval"}
 def _unwrap_model(ann: Any) -> Any:
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return ann
-    for a in typing.get_args(ann):
-        m = _unwrap_model(a)
-        if m is not None:
-            return m
-    return None
+    return next((m for a in typing.get_args(ann) if (m := _unwrap_model(a)) is not None), None)
 
 
 def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], Any, list[str]]:
@@ -189,8 +185,7 @@ def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], Any,
             item = typing.get_args(lists[0])[0] if lists and typing.get_args(lists[0]) else None
             node = ann = item
             continue
-        m = node if isinstance(node, type) and issubclass(node, BaseModel) else (
-            _unwrap_model(node) if node is not None else None)
+        m = _unwrap_model(node)
         if m is not None:
             siblings = list(m.model_fields)
             if part in m.model_fields:

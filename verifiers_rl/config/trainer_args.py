@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 
-
 @dataclass
 class RLFieldInfo:
     names: list[str]

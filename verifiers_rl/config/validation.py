@@ -129,7 +129,7 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
     verifiers 0.4 and its taskset are installed (its config is checked when it loads). Returns the API it speaks."""
     import inspect
 
-    from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, environment_api,
+    from verifiers_rl.envs.loading import (EnvironmentLoadError, EnvironmentNotFound, environment_api, first_line,
                                            import_env_module, v1_module, v1_module_name)
     from verifiers_rl.verifiers_runtime import V1_INSTALL, V1_RANGE, v1_version
 
@@ -139,8 +139,7 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
     except (EnvironmentNotFound, EnvironmentLoadError) as e:
         raise ConfigError(f"{key}.id: {e}") from None
     except Exception as e:
-        first = (str(e).splitlines() or [""])[0]
-        raise ConfigError(f"{key}.id: importing environment {env_id!r} failed: {type(e).__name__}: {first}") from None
+        raise ConfigError(f"{key}.id: importing environment {env_id!r} failed: {first_line(e)}") from None
     if module is None:
         if v1_version() is None:
             raise ConfigError(f"{key}.api: a verifiers v1 environment needs verifiers{V1_RANGE}: install it with "
