@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES
+
 
 class SFTSettings(BaseModel):
     """vf-sft's `[trainer]` section."""
@@ -33,8 +35,7 @@ class SFTSettings(BaseModel):
     use_lora: bool = False
     lora_rank: int = 8
     lora_alpha: int = 32
-    lora_target_modules: list[str] | str = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    lora_target_modules: list[str] | str = Field(default_factory=lambda: list(DEFAULT_LORA_TARGET_MODULES))
     save_steps: int = 500
     logging_steps: int = 50
     seed: int = 0
@@ -109,8 +110,8 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
     if settings.use_lora:
         from peft import LoraConfig
 
-        default = SFTSettings.model_fields["lora_target_modules"].default_factory()
-        targets = lora_targets(policy, settings.lora_target_modules, settings.lora_target_modules == default)
+        targets = lora_targets(policy, settings.lora_target_modules,
+                               settings.lora_target_modules == DEFAULT_LORA_TARGET_MODULES)
         peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=targets,
                                  task_type="CAUSAL_LM")
     # transformers 5.18+ names it activation_checkpointing (the old name warns on every construction); older: gradient_

@@ -45,8 +45,7 @@ class RLConfig(RLFields, TrainingArguments):
         except ValueError as e:
             raise SettingError("bf16", str(e)) from None
         # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns on the old name
-
-        if hasattr(self, "activation_checkpointing") and getattr(self, "activation_checkpointing") is None:
+        if getattr(self, "activation_checkpointing", False) is None:
             self.activation_checkpointing = bool(self.gradient_checkpointing)
         if hasattr(self, "save_safetensors"):  # older transformers only; 5.x always writes safetensors
             self.save_safetensors = True

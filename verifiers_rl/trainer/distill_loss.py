@@ -10,6 +10,7 @@ import torch
 
 from verifiers_rl.trainer.loss import (LossConfig, LossInputs, LossOutputs, check_token_shapes, clamped_total,
                                        masked_extreme, masked_mean, ratio_masked_policy_gradient)
+from verifiers_rl.trainer.metrics import with_std
 
 
 @dataclass
@@ -39,12 +40,9 @@ def teacher_kl_metrics(kl: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.
 
 
 def finish_teacher_kl(metrics: dict[str, float]) -> dict[str, float]:
-    """A step's aggregated metrics with ``teacher_kl/sq_mean`` turned into ``teacher_kl/std``."""
-    out = dict(metrics)
-    if "teacher_kl/sq_mean" in out:
-        sq = out.pop("teacher_kl/sq_mean")
-        out["teacher_kl/std"] = max(sq - out.get("teacher_kl/mean", 0.0) ** 2, 0.0) ** 0.5
-    return out
+    """A step's aggregated metrics with ``teacher_kl/sq_mean`` turned into ``teacher_kl/std`` (as every step's
+    merged metrics are: ``metrics.with_std``)."""
+    return with_std(metrics)
 
 
 def opd_loss(inputs: DistillInputs, config: LossConfig) -> LossOutputs:

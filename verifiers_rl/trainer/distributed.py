@@ -27,20 +27,17 @@ def share(items: Sequence[T], rank: int, world: int) -> list[T]:
     return list(items[rank::world])
 
 
-def _picklable(state: dict[str, Any]) -> dict[str, Any]:
-    """The state, without values that can't cross a process boundary (a client, a lock ...)."""
+def _pickles(value: Any) -> bool:
     try:
-        pickle.dumps(state)
-        return state
+        pickle.dumps(value)
+        return True
     except Exception:
-        out = {}
-        for k, v in state.items():
-            try:
-                pickle.dumps(v)
-                out[k] = v
-            except Exception:
-                out[k] = repr(v)
-        return out
+        return False
+
+
+def _picklable(state: dict[str, Any]) -> dict[str, Any]:
+    """The state, without values that can't cross a process boundary (a client, a lock ...: their repr)."""
+    return state if _pickles(state) else {k: v if _pickles(v) else repr(v) for k, v in state.items()}
 
 
 def all_gather(obj: Any, world: int) -> list[Any]:

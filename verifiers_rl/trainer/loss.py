@@ -192,23 +192,10 @@ def ratio_metrics(mask: torch.Tensor, ratio: torch.Tensor, log_ratio: torch.Tens
     }
 
 
-def compute_loss(
-    trainer_logprobs: torch.Tensor,
-    sampling_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    loss_mask: torch.Tensor,
-    total_loss_tokens: int | torch.Tensor,
-    config: LossConfig | None = None,
-    ref_logprobs: torch.Tensor | None = None,
-    loss_fn: LossFn = ratio_masked_policy_gradient,
-) -> LossOutputs:
+def compute_loss(trainer_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, advantages: torch.Tensor,
+                 loss_mask: torch.Tensor, total_loss_tokens: int | torch.Tensor, config: LossConfig | None = None,
+                 ref_logprobs: torch.Tensor | None = None, loss_fn: LossFn = ratio_masked_policy_gradient
+                 ) -> LossOutputs:
     """Loss of one micro-batch; see :func:`ratio_masked_policy_gradient` and :class:`LossInputs`."""
-    inputs = LossInputs(
-        trainer_logprobs=trainer_logprobs,
-        sampling_logprobs=sampling_logprobs,
-        advantages=advantages,
-        loss_mask=loss_mask,
-        total_loss_tokens=total_loss_tokens,
-        ref_logprobs=ref_logprobs,
-    )
+    inputs = LossInputs(trainer_logprobs, sampling_logprobs, advantages, loss_mask, total_loss_tokens, ref_logprobs)
     return loss_fn(inputs, config if config is not None else LossConfig())

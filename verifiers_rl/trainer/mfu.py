@@ -62,14 +62,9 @@ def flops_per_token_terms(model: Any) -> tuple[float, float]:
     tied = out_emb is not None and any(id(p) in skip for p in out_emb.parameters())
     if tied:  # the shared matrix is also the LM head's matmul: counted once
         skip = set()
-    frozen = trainable = 0
-    for p in model.parameters():  # parameters() yields a tied weight once
-        if id(p) in skip:
-            continue
-        if p.requires_grad:
-            trainable += p.numel()
-        else:
-            frozen += p.numel()
+    counted = [p for p in model.parameters() if id(p) not in skip]  # parameters() yields a tied weight once
+    trainable = sum(p.numel() for p in counted if p.requires_grad)
+    frozen = sum(p.numel() for p in counted) - trainable
     cfg = getattr(model.config, "text_config", None) or model.config
     heads = int(cfg.num_attention_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)

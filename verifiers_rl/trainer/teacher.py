@@ -26,10 +26,6 @@ def vocab_problem(student_tokenizer: Any, teacher_tokenizer: Any, teacher: str) 
             "tokenizer, or training_mode='sft' (it re-tokenizes the teacher's replies)")
 
 
-def _api_key(var: str | None) -> str:
-    return (os.environ.get(var) if var else None) or "EMPTY"
-
-
 class Teacher:
     """``Teacher(args, student_tokenizer, device)``; ``args`` an RLConfig with ``teacher_model`` or ``teacher_url``."""
 
@@ -64,8 +60,10 @@ class Teacher:
 
         base = self.url[: -len("/v1")] if root and self.url.endswith("/v1") else self.url
         data = json.dumps(body).encode() if body is not None else None
+        var = self.args.teacher_api_key_var
+        key = (os.environ.get(var) if var else None) or "EMPTY"  # as openai_client's
         req = urllib.request.Request(base + route, data=data, headers={
-            "Content-Type": "application/json", "Authorization": f"Bearer {_api_key(self.args.teacher_api_key_var)}"})
+            "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
 
@@ -113,13 +111,16 @@ class Teacher:
         ``prompt_logprobs``; requests run concurrently (``max_concurrent`` at most)."""
         return asyncio.run(self._score_all(sequences))
 
-    async def _score_all(self, sequences: list[list[int]]) -> list[list[float]]:
-        from openai import AsyncOpenAI
+    def _openai(self) -> Any:
+        from verifiers_rl.inference.clients import openai_client
 
+        return openai_client(self.url, self.args.teacher_api_key_var, self.args.generation_timeout,
+                             max_retries=2)  # openai's default
+
+    async def _score_all(self, sequences: list[list[int]]) -> list[list[float]]:
         # a client per call: asyncio.run gives each step its own event loop, and httpx's pool belongs to the loop
         # that opened it
-        client = AsyncOpenAI(base_url=self.url, api_key=_api_key(self.args.teacher_api_key_var),
-                             timeout=self.args.generation_timeout)
+        client = self._openai()
         limit = asyncio.Semaphore(max(1, min(self.args.max_concurrent, 64)))
 
         async def one(ids: list[int]) -> list[float]:
@@ -138,10 +139,7 @@ class Teacher:
         """What environments call for the teacher's rollouts: the local engine on the in-process model, or an
         AsyncOpenAI client of the URL."""
         if self.url is not None:
-            from openai import AsyncOpenAI
-
-            return AsyncOpenAI(base_url=self.url, api_key=_api_key(self.args.teacher_api_key_var),
-                               timeout=self.args.generation_timeout)
+            return self._openai()
         from verifiers_rl.inference.local_engine import LocalEngine
 
         self.engine = LocalEngine(self.model, self.tokenizer, model_name=self.name, max_model_len=max_model_len)

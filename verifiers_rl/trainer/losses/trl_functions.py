@@ -72,7 +72,9 @@ def _with_kl(per_token: torch.Tensor, inputs: LossInputs, beta: float) -> torch.
     return per_token + beta * k3_kl(inputs.trainer_logprobs.float(), inputs.ref_logprobs.detach().float())
 
 
-def _total(value: int | float | torch.Tensor, like: torch.Tensor, name: str) -> torch.Tensor | float:
+def _total(inputs: LossInputs, name: str, like: torch.Tensor) -> torch.Tensor | float:
+    """The step's total ``inputs.<name>`` as a divisor (a tensor on ``like``'s device and dtype)."""
+    value = getattr(inputs, name)
     if isinstance(value, torch.Tensor):
         return value.to(device=like.device, dtype=like.dtype).clamp(min=1)
     if value is None or value <= 0:
@@ -120,17 +122,15 @@ def _normalised(kind: str, per_token: torch.Tensor, mask: torch.Tensor, inputs: 
     m = mask.to(per_token.dtype)
     masked = per_token * m  # [B, T] (a sequence-level loss broadcasts over its tokens)
     if kind in ("grpo", "sapo"):
-        return (masked.sum(-1) / m.sum(-1).clamp(min=1.0)).sum() / _total(inputs.total_sequences, masked,
-                                                                            "total_sequences")
+        return (masked.sum(-1) / m.sum(-1).clamp(min=1.0)).sum() / _total(inputs, "total_sequences", masked)
     if kind == "luspo":
-        return masked.sum() / _total(inputs.total_sequences, masked, "total_sequences")
+        return masked.sum() / _total(inputs, "total_sequences", masked)
     if kind == "bnpo":
-        return masked.sum() / m.sum().clamp(min=1.0) / _total(inputs.total_micro_batches, masked,
-                                                              "total_micro_batches")
+        return masked.sum() / m.sum().clamp(min=1.0) / _total(inputs, "total_micro_batches", masked)
     if kind == "dr_grpo":
-        return masked.sum() / (_total(inputs.total_sequences, masked, "total_sequences")
-                               * _total(inputs.max_completion_length, masked, "max_completion_length"))
-    return masked.sum() / _total(inputs.total_loss_tokens, masked, "total_loss_tokens")  # dapo, cispo, vespo
+        return masked.sum() / (_total(inputs, "total_sequences", masked)
+                               * _total(inputs, "max_completion_length", masked))
+    return masked.sum() / _total(inputs, "total_loss_tokens", masked)  # dapo, cispo, vespo
 
 
 def _clipped_loss(kind: str, level: str | None = None) -> Callable[[LossInputs, ClippedLossConfig], LossOutputs]:

@@ -14,12 +14,8 @@ from verifiers_rl.trainer.losses import LossSpec
 from verifiers_rl.trainer.lazy_function import LazyFunction
 
 LEVELS = ("token", "sequence")
-
-
-BETA_HELP = "Weight of the k3 KL to the reference (initial) policy, per token (TRL's beta; 0 disables it)."
-
-
 MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+BETA_HELP = "Weight of the k3 KL to the reference (initial) policy, per token (TRL's beta; 0 disables it)."
 
 
 @dataclass
@@ -153,18 +149,20 @@ class LUSPOLossConfig(ClippedLossConfig):
     """luspo: sequence-level ratios always (TRL refuses it at token level)."""
 
 
-def _fn(kind: str) -> LazyFunction:
-    return LazyFunction(f"verifiers_rl.trainer.losses.trl_functions:{kind}_loss")
-
-
 _EMPTY = {"importance_ratio/min": 1.0, "importance_ratio/max": 1.0, "importance_sampling/ratio/min": 1.0,
           "importance_sampling/ratio/max": 1.0}
-_CONSOLE = (("mismatch_kl/mean", "kl"),)
-GRPO = LossSpec("grpo", _fn("grpo"), GRPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
-DAPO = LossSpec("dapo", _fn("dapo"), DAPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
-BNPO = LossSpec("bnpo", _fn("bnpo"), BNPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
-DR_GRPO = LossSpec("dr_grpo", _fn("dr_grpo"), DrGRPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
-LUSPO = LossSpec("luspo", _fn("luspo"), LUSPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
-CISPO = LossSpec("cispo", _fn("cispo"), CISPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
-SAPO = LossSpec("sapo", _fn("sapo"), SAPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
-VESPO = LossSpec("vespo", _fn("vespo"), VESPOLossConfig, when_empty=_EMPTY, console=_CONSOLE)
+
+
+def _spec(kind: str, config: type) -> LossSpec:
+    return LossSpec(kind, LazyFunction(f"verifiers_rl.trainer.losses.trl_functions:{kind}_loss"), config,
+                    when_empty=_EMPTY, console=(("mismatch_kl/mean", "kl"),))
+
+
+GRPO = _spec("grpo", GRPOLossConfig)
+DAPO = _spec("dapo", DAPOLossConfig)
+BNPO = _spec("bnpo", BNPOLossConfig)
+DR_GRPO = _spec("dr_grpo", DrGRPOLossConfig)
+LUSPO = _spec("luspo", LUSPOLossConfig)
+CISPO = _spec("cispo", CISPOLossConfig)
+SAPO = _spec("sapo", SAPOLossConfig)
+VESPO = _spec("vespo", VESPOLossConfig)
