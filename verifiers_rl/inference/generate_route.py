@@ -143,16 +143,10 @@ def _worker_for(engine: Any, ends: frozenset[int]) -> BatchWorker:
 def build_response(req: Request, results: list[RowResult], info: dict, engine: Any, request_id: str) -> dict:
     choices = [_choice(i, res, req, info, engine.tokenizer) for i, res in enumerate(results)]
     completion = sum(len(r.token_ids) for r in results)
-    return {
-        "request_id": request_id,
-        "model": engine.model_name,
-        "created": int(time.time()),
-        "output_mode": "tokens",
-        "usage": {"prompt_tokens": len(req.prompt_ids), "completion_tokens": completion,
-                  "total_tokens": len(req.prompt_ids) + completion},
-        "prompt_token_ids": list(req.prompt_ids) if info["echo"] else None,
-        "choices": choices,
-    }
+    return {"request_id": request_id, "model": engine.model_name, "created": int(time.time()), "output_mode": "tokens",
+            "usage": {"prompt_tokens": len(req.prompt_ids), "completion_tokens": completion,
+                      "total_tokens": len(req.prompt_ids) + completion},
+            "prompt_token_ids": list(req.prompt_ids) if info["echo"] else None, "choices": choices}
 
 
 def _choice(i: int, res: RowResult, req: Request, info: dict, tokenizer: Any) -> dict:
@@ -160,13 +154,8 @@ def _choice(i: int, res: RowResult, req: Request, info: dict, tokenizer: Any) ->
     if info["k"] is not None:
         tops = res.top or [[] for _ in res.token_ids]
         logprobs = {"content": [_entry(t, lp, top, info["k"]) for t, lp, top in zip(res.token_ids, res.logprobs, tops)]}
-    return {
-        "index": i,
-        "token_ids": list(res.token_ids),
-        "finish_reason": res.finish_reason,
-        "stop_reason": _stop_reason(res, req, info, tokenizer),
-        "logprobs": logprobs,
-    }
+    return {"index": i, "token_ids": list(res.token_ids), "finish_reason": res.finish_reason,
+            "stop_reason": _stop_reason(res, req, info, tokenizer), "logprobs": logprobs}
 
 
 def _entry(tid: int, lp: float, top: list[tuple[int, float]], k: int) -> dict:

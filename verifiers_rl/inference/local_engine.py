@@ -42,19 +42,9 @@ class LocalClient:
 class LocalEngine:
     """Serve chat completions from an in-process HF model, batching concurrent requests."""
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        model_name: str = "local",
-        max_batch_size: int = 256,
-        batch_wait_s: float = 0.005,
-        batch_gather_s: float = 0.5,
-        default_max_tokens: int = DEFAULT_MAX_TOKENS,
-        max_model_len: int | None = None,
-        decode_in_loop_thread: bool = True,
-    ):
+    def __init__(self, model, tokenizer, *, model_name: str = "local", max_batch_size: int = 256,
+                 batch_wait_s: float = 0.005, batch_gather_s: float = 0.5, default_max_tokens: int = DEFAULT_MAX_TOKENS,
+                 max_model_len: int | None = None, decode_in_loop_thread: bool = True):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         import openai.types.chat  # noqa: F401  (the replies' types: imported here, not by the first request)
@@ -80,15 +70,8 @@ class LocalEngine:
         self._tokens = TokenTexts(tokenizer)
 
     @classmethod
-    def from_pretrained(
-        cls,
-        path_or_id: str | Path,
-        *,
-        dtype: Any = None,
-        device: Any = None,
-        model_kwargs: dict | None = None,
-        **engine_kwargs,
-    ) -> LocalEngine:
+    def from_pretrained(cls, path_or_id: str | Path, *, dtype: Any = None, device: Any = None,
+                        model_kwargs: dict | None = None, **engine_kwargs) -> LocalEngine:
         """Load a model (or a PEFT adapter directory on top of its base model) and its tokenizer."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer

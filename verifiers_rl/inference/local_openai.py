@@ -49,8 +49,7 @@ def _placeholder(part: Any) -> str:
     if kind not in _warned_media:
         _warned_media.add(kind)
         logging.getLogger("verifiers_rl.inference.local_engine").warning(
-            "the local engine's model reads text only: %s parts are given to it as '<%s>'", kind, kind
-        )
+            "the local engine's model reads text only: %s parts are given to it as '<%s>'", kind, kind)
     return f"<{kind}>"
 
 
@@ -151,8 +150,7 @@ def engine_context(engine: Any) -> int | None:
     """The context a request may fill: the model's max_position_embeddings, capped by the engine's
     `max_model_len` (the run's max_seq_len) when set; what `/v1/models` reports as `max_model_len`."""
     cfg = getattr(engine.model, "config", None)
-    if cfg is not None and hasattr(cfg, "get_text_config"):
-        cfg = cfg.get_text_config()
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     ctx = getattr(cfg, "max_position_embeddings", None)
     cap = getattr(engine, "max_model_len", None)
     if cap:
@@ -170,8 +168,7 @@ def sampling_dist(temperature, top_p, opt) -> Dist:
     if temperature < 0 or not (0 < top_p <= 1) or not (0 <= min_p <= 1) or rep <= 0:
         raise bad_request(
             f"invalid sampling parameters: temperature={temperature}, top_p={top_p}, min_p={min_p}, "
-            f"repetition_penalty={rep} (need temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, penalty > 0)"
-        )
+            f"repetition_penalty={rep} (need temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, penalty > 0)")
     if temperature == 0:
         return Dist(0.0, 1.0, 0, 0.0, rep)
     return Dist(temperature, top_p, max(top_k, 0), min_p, rep)
@@ -184,10 +181,8 @@ def new_token_limits(engine: Any, prompt_len: int, requested, opt) -> tuple[int,
     default_max = engine.default_max_tokens if not getattr(engine, "max_model_len", None) else ctx
     room = ctx - prompt_len if ctx else None
     if room is not None and room <= 0:
-        raise bad_request(
-            f"This model's maximum context length is {ctx} tokens. However, your messages resulted in "
-            f"{prompt_len} tokens. Shorten the conversation or use a model with a longer context."
-        )
+        raise bad_request(f"This model's maximum context length is {ctx} tokens. However, your messages resulted "
+                          f"in {prompt_len} tokens. Shorten the conversation or use a model with a longer context.")
     if requested is not None and int(requested) < 1:
         raise bad_request(f"max_tokens must be >= 1, got {requested}")
     max_new = int(requested) if requested is not None else default_max
@@ -196,12 +191,10 @@ def new_token_limits(engine: Any, prompt_len: int, requested, opt) -> tuple[int,
     return max_new, min(int(opt("min_tokens", 0) or 0), max_new)
 
 
-def make_request(
-    engine: Any, *, messages, tools=None, n: int | None = 1, temperature: float | None = 1.0,
-    top_p: float | None = 1.0, max_tokens: int | None = None, max_completion_tokens: int | None = None,
-    stop: str | list[str] | None = None, logprobs: bool | None = False, top_logprobs: int | None = None,
-    seed: int | None = None, extra_body: Mapping | None = None, **other,
-) -> Request:
+def make_request(engine: Any, *, messages, tools=None, n: int | None = 1, temperature: float | None = 1.0,
+                 top_p: float | None = 1.0, max_tokens: int | None = None, max_completion_tokens: int | None = None,
+                 stop: str | list[str] | None = None, logprobs: bool | None = False, top_logprobs: int | None = None,
+                 seed: int | None = None, extra_body: Mapping | None = None, **other) -> Request:
     """Validate a chat-completions call into a Request (vLLM's errors, as `openai.BadRequestError`)."""
     extra = dict(extra_body or {})
     if other.get("stream"):
@@ -231,22 +224,12 @@ def make_request(
     prompt_ids = encode(engine.tokenizer, msgs, tool_list, chat_kwargs)
     requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
     max_new, min_tokens = new_token_limits(engine, len(prompt_ids), requested, opt)
-    return Request(
-        prompt_ids=prompt_ids,
-        dist=dist,
-        n=n,
-        max_new=max_new,
-        min_tokens=min_tokens,
-        ignore_eos=bool(opt("ignore_eos", False)),
-        stop=stop_t,
-        seed=None if seed is None else int(seed),
-        logprobs=bool(logprobs),
-        top_logprobs=n_top,
-        skip_special_tokens=bool(opt("skip_special_tokens", True)),
-        parse_tools=bool(tool_list) and other.get("tool_choice") != "none",
-        future=asyncio.get_running_loop().create_future(),
-        outputs=[None] * n,
-    )
+    return Request(prompt_ids=prompt_ids, dist=dist, n=n, max_new=max_new, min_tokens=min_tokens,
+                   ignore_eos=bool(opt("ignore_eos", False)), stop=stop_t, seed=None if seed is None else int(seed),
+                   logprobs=bool(logprobs), top_logprobs=n_top,
+                   skip_special_tokens=bool(opt("skip_special_tokens", True)),
+                   parse_tools=bool(tool_list) and other.get("tool_choice") != "none",
+                   future=asyncio.get_running_loop().create_future(), outputs=[None] * n)
 
 
 class TokenTexts:
@@ -267,9 +250,8 @@ class TokenTexts:
             tok = self.tokenizer.convert_ids_to_tokens(tid)
             if tok is None:
                 info = ("", [])
-            elif self._byte_dec is not None and tid not in self.tokenizer.all_special_ids and all(
-                c in self._byte_dec for c in tok
-            ):
+            elif (self._byte_dec is not None and tid not in self.tokenizer.all_special_ids
+                  and all(c in self._byte_dec for c in tok)):
                 raw = bytes(self._byte_dec[c] for c in tok)
                 info = (raw.decode("utf-8", errors="replace"), list(raw))
             else:
@@ -299,29 +281,16 @@ def _choice(i: int, res: RowResult, parse_tools: bool, tokens: TokenTexts) -> di
     if parsed and parsed.tool_calls:
         message.update(content=parsed.content, tool_calls=parsed.tool_calls)
         finish = "tool_calls"
-    return {
-        "index": i,
-        "message": message,
-        "finish_reason": finish,
-        "logprobs": _logprobs_block(res, tokens) if res.logprobs is not None else None,
-        "token_ids": res.token_ids,
-    }
+    return {"index": i, "message": message, "finish_reason": finish,
+            "logprobs": _logprobs_block(res, tokens) if res.logprobs is not None else None, "token_ids": res.token_ids}
 
 
 def build_response(req: Request, results: list[RowResult], model_name: str, tokens: TokenTexts) -> dict:
     """A vLLM-shaped chat.completion body (`return_token_ids`: prompt and per-choice token ids)."""
     choices = [_choice(i, res, req.parse_tools, tokens) for i, res in enumerate(results)]
     completion_tokens = sum(len(r.token_ids) for r in results)
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model_name,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": len(req.prompt_ids),
-            "completion_tokens": completion_tokens,
-            "total_tokens": len(req.prompt_ids) + completion_tokens,
-        },
-        "prompt_token_ids": req.prompt_ids,
-    }
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": model_name, "choices": choices,
+            "usage": {"prompt_tokens": len(req.prompt_ids), "completion_tokens": completion_tokens,
+                      "total_tokens": len(req.prompt_ids) + completion_tokens},
+            "prompt_token_ids": req.prompt_ids}

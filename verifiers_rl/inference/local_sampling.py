@@ -69,20 +69,9 @@ class Sampler(LogitsProcessor):
     score row, so a greedy `generate` picks exactly our token. Greedy: argmax of the penalized scores, logprob of
     the raw logits."""
 
-    def __init__(
-        self,
-        prompt_mask: torch.Tensor,
-        *,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        eos_ids: Collection[int] = (),
-        min_tokens: Sequence[int] | None = None,
-        rng_groups: RngGroups | None = None,
-        top_logprobs: int = 0,
-    ):
+    def __init__(self, prompt_mask: torch.Tensor, *, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 min_p: float = 0.0, repetition_penalty: float = 1.0, eos_ids: Collection[int] = (),
+                 min_tokens: Sequence[int] | None = None, rng_groups: RngGroups | None = None, top_logprobs: int = 0):
         B, self.prompt_len = prompt_mask.shape
         device = prompt_mask.device
         self.prompt_mask = prompt_mask
@@ -149,19 +138,9 @@ class StopCriteria(StoppingCriteria):
     """Finishes rows on EOS (unless ignored), at their own max_tokens, or on a stop string; records each row's
     length and finish reason ("stop" or "length"). `decode(ids, skip_special_tokens=...)` is the tokenizer's."""
 
-    def __init__(
-        self,
-        tokenizer: Any,
-        prompt_len: int,
-        *,
-        eos_ids: Collection[int],
-        max_new: Sequence[int],
-        min_tokens: Sequence[int],
-        ignore_eos: Sequence[bool],
-        stops: Sequence[Sequence[str]],
-        skip_special_tokens: Sequence[bool],
-        device: Any = "cpu",
-    ):
+    def __init__(self, tokenizer: Any, prompt_len: int, *, eos_ids: Collection[int], max_new: Sequence[int],
+                 min_tokens: Sequence[int], ignore_eos: Sequence[bool], stops: Sequence[Sequence[str]],
+                 skip_special_tokens: Sequence[bool], device: Any = "cpu"):
         B = len(max_new)
         self.tokenizer = tokenizer
         self.prompt_len = prompt_len
@@ -211,17 +190,8 @@ class StopCriteria(StoppingCriteria):
         return rows
 
 
-def final_text(
-    tokenizer: Any,
-    ids: list[int],
-    *,
-    eos_ids: Collection[int],
-    ignore_eos: bool,
-    stop: Sequence[str],
-    min_tokens: int,
-    skip_special_tokens: bool,
-    reason: str,
-) -> str:
+def final_text(tokenizer: Any, ids: list[int], *, eos_ids: Collection[int], ignore_eos: bool, stop: Sequence[str],
+               min_tokens: int, skip_special_tokens: bool, reason: str) -> str:
     """A row's content: its tokens decoded without the final EOS, cut before the stop string that ended it."""
     body = ids[:-1] if ids and ids[-1] in eos_ids and not ignore_eos else ids
     text = tokenizer.decode(body, skip_special_tokens=skip_special_tokens)

@@ -178,29 +178,14 @@ class BatchWorker:
         prompt_mask = attention.bool()
         reqs = [r.req for r in rows]
         seeds = [(id(r.req), r.req.seed, r.index) if r.req.seed is not None else None for r in rows]
-        sampler = Sampler(
-            prompt_mask,
-            temperature=dist.temperature,
-            top_p=dist.top_p,
-            top_k=dist.top_k,
-            min_p=dist.min_p,
-            repetition_penalty=dist.repetition_penalty,
-            eos_ids=self.eos_ids,
-            min_tokens=[q.min_tokens for q in reqs],
-            rng_groups=[] if dist.greedy else row_generators(seeds, device),
-            top_logprobs=max((q.top_logprobs for q in reqs if q.logprobs), default=0),
-        )
-        stopper = StopCriteria(
-            self.engine.tokenizer,
-            input_ids.shape[1],
-            eos_ids=self.eos_ids,
-            max_new=[q.max_new for q in reqs],
-            min_tokens=[q.min_tokens for q in reqs],
-            ignore_eos=[q.ignore_eos for q in reqs],
-            stops=[q.stop for q in reqs],
-            skip_special_tokens=[q.skip_special_tokens for q in reqs],
-            device=device,
-        )
+        min_tokens = [q.min_tokens for q in reqs]
+        sampler = Sampler(prompt_mask, **vars(dist), eos_ids=self.eos_ids, min_tokens=min_tokens,
+                          rng_groups=[] if dist.greedy else row_generators(seeds, device),
+                          top_logprobs=max((q.top_logprobs for q in reqs if q.logprobs), default=0))
+        stopper = StopCriteria(self.engine.tokenizer, input_ids.shape[1], eos_ids=self.eos_ids,
+                               max_new=[q.max_new for q in reqs], min_tokens=min_tokens,
+                               ignore_eos=[q.ignore_eos for q in reqs], stops=[q.stop for q in reqs],
+                               skip_special_tokens=[q.skip_special_tokens for q in reqs], device=device)
         out = self._generate(model, input_ids, attention, sampler, stopper, rows)
         return self._results(rows, out[:, input_ids.shape[1] :].tolist(), sampler, stopper)
 
@@ -244,10 +229,8 @@ class BatchWorker:
             length = stopper.lengths[i] or min(len(gen[i]), q.max_new)
             reason = stopper.reasons[i]
             ids = gen[i][:length]
-            text = final_text(
-                self.engine.tokenizer, ids, eos_ids=self.eos_ids, ignore_eos=q.ignore_eos, stop=q.stop,
-                min_tokens=q.min_tokens, skip_special_tokens=q.skip_special_tokens, reason=reason,
-            )
+            text = final_text(self.engine.tokenizer, ids, eos_ids=self.eos_ids, ignore_eos=q.ignore_eos, stop=q.stop,
+                              min_tokens=q.min_tokens, skip_special_tokens=q.skip_special_tokens, reason=reason)
             top = None
             if top_ids is not None and q.top_logprobs:
                 k = q.top_logprobs

@@ -23,15 +23,13 @@ class ParsedToolCalls:
 def _to_call(raw: str) -> dict | None:
     try:
         obj = json.loads(raw.strip())
-    except (json.JSONDecodeError, ValueError):
+    except ValueError:  # json.JSONDecodeError included
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
-    if args is None:
-        args = {}
     if not isinstance(args, str):
-        args = json.dumps(args, ensure_ascii=False)
+        args = json.dumps({} if args is None else args, ensure_ascii=False)
     return {
         "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",

@@ -44,7 +44,8 @@ def _server_dtype(args: Any, asked: Any, cuda: bool) -> str:
 
     try:
         return plan_precision(bf16=bool(args.bf16), fp16=bool(getattr(args, "fp16", False)),
-                              use_lora=bool(args.use_lora), cuda=cuda, server_dtype=asked, vllm_server=True).server_dtype
+                              use_lora=bool(args.use_lora), cuda=cuda, server_dtype=asked,
+                              vllm_server=True).server_dtype
     except ValueError as e:
         raise VLLMLaunchError(str(e)) from None
 
@@ -147,8 +148,7 @@ def _start_server(cfg: VLLMServerConfig) -> VLLMServer:
     return server
 
 
-def _syncer(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, is_main: bool,
-                 timeout: float) -> Any:
+def _syncer(plan: Any, client: VLLMClient, base_name: str, sync_dir: Path, is_main: bool, timeout: float) -> Any:
     """The plan's weight sync: LoRA hot-swap, vLLM's native transfer (bounded by `timeout`: generation_timeout),
     or a reload from disk."""
     if plan.weight_sync == "lora":
@@ -200,10 +200,8 @@ def server_launch_config(cfg: VLLMServerConfig, plan: Any, args: Any, *, served:
     if cfg.colocate is None:  # the plan decided it: the server lays itself out as planned, not again
         cfg = replace(cfg, colocate=bool(plan.colocated))
     return replace(
-        cfg, model=served, args=server_args,
-        host=cfg.host if cfg.host != "127.0.0.1" else plan.host,
-        port=cfg.port or plan.port,
-        enable_lora=cfg.enable_lora or bool(args.use_lora),
+        cfg, model=served, args=server_args, host=cfg.host if cfg.host != "127.0.0.1" else plan.host,
+        port=cfg.port or plan.port, enable_lora=cfg.enable_lora or bool(args.use_lora),
         max_lora_rank=max(cfg.max_lora_rank, int(args.lora_rank)) if args.use_lora else cfg.max_lora_rank,
         timeout=args.vllm_server_timeout,
         weight_transfer=plan.weight_sync if plan.weight_sync in NATIVE else cfg.weight_transfer,

@@ -194,9 +194,7 @@ def _install_exit_hooks() -> None:
             _stop_all()
             if callable(_previous):
                 _previous(signum, frame)
-            elif _previous == signal.SIG_IGN:
-                return
-            else:  # default action: die of the same signal
+            elif _previous != signal.SIG_IGN:  # default action: die of the same signal
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
 
@@ -311,18 +309,15 @@ class VLLMServer:
     def wait_until_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            if self.proc is not None and self.proc.poll() is not None:
-                log_tail = tail(self.log_path)
-                raise VLLMLaunchError(
-                    f"the vLLM server exited with code {self.proc.returncode} during start-up (log: {self.log_path})"
-                    + (f"; last lines:\n{log_tail}" if log_tail else ""))
-            if health_ok(self.url):
+            exited = self.proc is not None and self.proc.poll() is not None
+            if not exited and health_ok(self.url):
                 return
-            if time.monotonic() > deadline:
+            if exited or time.monotonic() > deadline:
+                log = f"log: {self.log_path}"
+                why = (f"exited with code {self.proc.returncode} during start-up ({log})" if exited else
+                       f"at {self.url} was not healthy within {timeout:.0f} s (vllm_server_timeout; {log})")
                 log_tail = tail(self.log_path)
-                raise VLLMLaunchError(
-                    f"the vLLM server at {self.url} was not healthy within {timeout:.0f} s (vllm_server_timeout; "
-                    f"log: {self.log_path})" + (f"; last lines:\n{log_tail}" if log_tail else ""))
+                raise VLLMLaunchError(f"the vLLM server {why}" + (f"; last lines:\n{log_tail}" if log_tail else ""))
             time.sleep(0.5)
 
     def stop(self, timeout: float = 15.0) -> None:

@@ -44,14 +44,12 @@ class ServerSync(WeightSync):
         self._refresh_head = True  # until a server turns out to lack the worker extension
 
     def sync(self, model: Any, version: int) -> None:
-        if not self.is_main_process:
-            self.version = version
-            return
-        timings = self._send(model, version)
+        if self.is_main_process:
+            timings = self._send(model, version)
+            self.last = {**{f"time/weight_sync_{k}": v for k, v in timings.items()},
+                         "time/weight_sync_total": sum(timings.values())}
+            self.history.append({"version": float(version), **self.last})
         self.version = version
-        self.last = {**{f"time/weight_sync_{k}": v for k, v in timings.items()},
-                     "time/weight_sync_total": sum(timings.values())}
-        self.history.append({"version": float(version), **self.last})
 
     def _send(self, model: Any, version: int) -> dict[str, float]:
         """Bring every server to `model`'s weights; the seconds of each stage (the last one "load")."""

@@ -314,8 +314,8 @@ def check_nccl_compat(server_python: str, timeout: float = 30.0) -> str | None:
     server = f"the vLLM server's Python ({server_python})"
     fix = (f"install torch {theirs['torch'].split('+')[0]} (the one that vLLM pins) in the trainer's Python, or use "
            "vllm_weight_transfer='disk'")
-    if _major_minor(nccl_v) and _major_minor(theirs.get("nccl")) and \
-            _major_minor(nccl_v) != _major_minor(theirs["nccl"]):
+    ours, their_nccl = _major_minor(nccl_v), _major_minor(theirs.get("nccl"))
+    if ours and their_nccl and ours != their_nccl:
         return (f"weight transfer (nccl): the trainer has NCCL {nccl_v} (torch {torch_v}) but {server} has NCCL "
                 f"{theirs['nccl']} (torch {theirs['torch']}); {fix}")
     if _major_minor(torch_v) != _major_minor(theirs["torch"]):

@@ -178,11 +178,10 @@ def supervise(output_dir: str | Path, echo: bool = True) -> int:
             signal.signal(s, h)
     status, rc = _outcome(got, failure, procs.get(spec.get("main", "trainer")))
     update_run(out, status=status, exit_code=rc, ended_at=now_iso(), **({"error": failure} if failure else {}))
-    if echo or failure:
-        if got:
-            print(f"\nstopped ({signal.Signals(got[0]).name}): every process ended; run dir {out}", flush=True)
-        elif failure:
-            print(f"error: {failure}", file=sys.stderr, flush=True)
+    if got and (echo or failure):
+        print(f"\nstopped ({signal.Signals(got[0]).name}): every process ended; run dir {out}", flush=True)
+    elif failure:
+        print(f"error: {failure}", file=sys.stderr, flush=True)
     if status == "failed":
         from verifiers_rl.launching.planning import rank_stderr_logs
 

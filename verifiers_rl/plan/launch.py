@@ -12,15 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from verifiers_rl.errors import ConfigError, VLLMLaunchError
-from verifiers_rl.plan.gpus import (
-    DEFAULT_COLOCATED_GPU_MEMORY,
-    data_parallel_size,
-    default_colocate,
-    gpu_ids,
-    plan_gpus,
-    server_arg,
-    visible_devices,
-)
+from verifiers_rl.plan.gpus import (DEFAULT_COLOCATED_GPU_MEMORY, data_parallel_size, default_colocate, gpu_ids,
+                                   plan_gpus, server_arg, visible_devices)
 from verifiers_rl.plan.inference import InferencePlan, plan_inference, resolve_backend, running_server
 from verifiers_rl.plan.sampling import lora_layout_line, lora_server_args, sampling_plan
 
@@ -321,13 +314,11 @@ def server_settings(cfg: Any, plan: RunPlan, output_dir: str | Path | None, *, u
     try:
         if plan.server_gpus:
             env["CUDA_VISIBLE_DEVICES"] = visible_devices(plan.server_gpus)
+        replicas = data_parallel_size(len(plan.server_gpus), args)
         if plan.colocated:  # one GPU, the trainer's: the colocated layout caps the server's memory
             gpus = 1
-        elif len(plan.server_gpus) > 1:
-            dp = data_parallel_size(len(plan.server_gpus), args)
-            if dp > 1:
-                args["data_parallel_size"] = dp
-        replicas = data_parallel_size(len(plan.server_gpus), args)
+        elif len(plan.server_gpus) > 1 and replicas > 1:
+            args["data_parallel_size"] = replicas
         args = lora_server_args(args, replicas, use_lora)
     except (VLLMLaunchError, ValueError) as e:
         raise ConfigError(str(e)) from None

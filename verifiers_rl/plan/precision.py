@@ -29,8 +29,7 @@ class Precision:
     def describe(self, use_lora: bool, cuda: bool) -> str:
         where = "GPU" if cuda else "CPU"
         weights = ("LoRA adapter in fp32 over a frozen base in " + self.train) if use_lora else (
-            "fp32 weights, bf16 autocast" if self.train == "bf16" else
-            "fp32 weights, fp16 autocast" if self.train == "fp16" else "fp32")
+            f"fp32 weights, {self.train} autocast" if self.train in ("bf16", "fp16") else "fp32")
         return f"precision: {self.train} on the {where} ({weights}); a vLLM server runs --dtype {self.server_dtype}"
 
 

@@ -125,12 +125,10 @@ class V1Environment:
         return self.renderer_model_name
 
     async def run_episode(self, task: Any, ctx: Any) -> Any:
-        slot = self.env.slots(task, 1)[0]
-        if not self.warm_programs:
-            return await self.serving.call(lambda: self.env.run_slot(slot, ctx))
         from verifiers_rl.v1.warm_programs import in_episode
 
-        return await self.serving.call(lambda: in_episode(True, self.env.run_slot(slot, ctx)))
+        slot = self.env.slots(task, 1)[0]
+        return await self.serving.call(lambda: in_episode(self.warm_programs, self.env.run_slot(slot, ctx)))
 
     async def rollout(self, row: dict, client: Any, model: str, sampling_args: dict | None = None) -> dict:
         self._limit(RUN_MAX_SEQ_LEN.get())
@@ -144,9 +142,10 @@ class V1Environment:
 
     async def init_state(self, row: dict, client: Any = None, model: str = "", sampling_args: dict | None = None
                          ) -> dict:
-        return {"example_id": row.get("example_id"), "task": row.get("task") or self.env_id, "prompt": row.get("prompt"),
-                "answer": "", "info": {}, "completion": [], "trajectory": [], "reward": 0.0, "metrics": {},
-                "reward_errors": {}, "error": None, "is_completed": False, "is_truncated": False, "timing": {}}
+        return {"example_id": row.get("example_id"), "task": row.get("task") or self.env_id,
+                "prompt": row.get("prompt"), "answer": "", "info": {}, "completion": [], "trajectory": [],
+                "reward": 0.0, "metrics": {}, "reward_errors": {}, "error": None, "is_completed": False,
+                "is_truncated": False, "timing": {}}
 
     def close(self) -> None:
         self.serving.close()

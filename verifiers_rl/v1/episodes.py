@@ -53,7 +53,7 @@ def branch_step(branch: Any) -> dict | None:
         return None
     first = mask.index(True)
     tokens = {"prompt_ids": ids[:first], "completion_ids": ids[first:],
-              "completion_mask": [int(m) for m in mask[first:]], "completion_logprobs": [float(x) for x in lps[first:]]}
+              "completion_mask": [int(m) for m in mask[first:]], "completion_logprobs": lps[first:]}
     return {"tokens": tokens, "is_truncated": False}
 
 

@@ -123,7 +123,8 @@ class PolicyEndpoint:
             if not roots:
                 url = str(getattr(inner, "base_url", "") or "")
                 if not url.startswith("http"):
-                    raise TypeError(f"a v1 environment needs an HTTP policy endpoint or the local engine, got {inner!r}")
+                    raise TypeError("a v1 environment needs an HTTP policy endpoint or the local engine, "
+                                    f"got {inner!r}")
                 roots = [url.rstrip("/")]
             from verifiers_rl.inference.generate_proxy import GenerateProxy
 
