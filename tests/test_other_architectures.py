@@ -77,3 +77,20 @@ def test_gpt2_trains_with_lora_and_its_log_probs_match_the_samplers(tiny_model_d
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = next(s for s in steps if s.get("step") == 1 and "importance_ratio/min" in s)
     assert 1 - 1e-4 < first["importance_ratio/min"] <= first["importance_ratio/max"] < 1 + 1e-4, first
+
+
+def test_dropout_is_off_in_a_peft_models_base_and_the_adapters_own_stays(tiny_model_dir, tmp_path):
+    """A notebook's own PeftModel (get_peft_model before RLTrainer): its base layers lose their dropout as a model
+    by path does, and the adapter keeps the `lora_dropout` it was built with."""
+    from peft import LoraConfig, get_peft_model
+
+    from verifiers_rl.trainer.model_loading import load_policy
+
+    gpt2 = T.AutoModelForCausalLM.from_pretrained(build("gpt2", tiny_model_dir, tmp_path / "gpt2"))
+    peft_model = get_peft_model(gpt2, LoraConfig(r=4, lora_dropout=0.05, target_modules=["c_attn"]))
+    args = vf.RLConfig(output_dir=str(tmp_path / "out"), use_lora=True, report_to="none")
+    model, _ = load_policy(peft_model, args, tokenizer=T.AutoTokenizer.from_pretrained(tiny_model_dir))
+    drops = [(".lora_dropout." in name, m.p) for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout)]
+    kept, base = [p for own, p in drops if own], [p for own, p in drops if not own]
+    assert kept and set(kept) == {0.05}
+    assert base and set(base) == {0.0}

@@ -71,11 +71,13 @@ def _check_peft_config(peft_config: Any, args: Any) -> None:
 
 def disable_dropout(model: Any) -> None:
     """Dropout off in the policy's own layers (TRL's `disable_dropout`): the trainer's log-probs are compared with
-    the sampler's, which samples without it. Applied before LoRA wraps the model, so `lora_dropout` stays."""
+    the sampler's, which samples without it. A LoRA adapter's own `lora_dropout` stays."""
     import torch
 
+    adapters = {id(d) for m in model.modules() if isinstance(getattr(m, "lora_dropout", None), torch.nn.ModuleDict)
+                for d in m.lora_dropout.values()}
     for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
+        if isinstance(m, torch.nn.Dropout) and id(m) not in adapters:
             m.p = 0.0
         if isinstance(getattr(m, "attention_dropout", None), float):  # Llama-style attention reads a float
             m.attention_dropout = 0.0
@@ -128,8 +130,6 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
 
             base_id = adapter_base(path)
             base = from_pretrained(AutoModelForCausalLM, base_id, dtype=dtype)
-            if args.disable_dropout:
-                disable_dropout(base)
             with peft_wrapping_quietly():
                 model = PeftModel.from_pretrained(base, path, is_trainable=True)
             has_tokenizer = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
@@ -143,7 +143,7 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
 
     _check_peft_config(peft_config, args)
     is_peft = hasattr(model, "peft_config")
-    if args.disable_dropout and not is_peft:
+    if args.disable_dropout:  # a PeftModel's base too: one passed in, or loaded from an adapter directory
         disable_dropout(model)
     if args.use_lora and not is_peft:
         from peft import LoraConfig, get_peft_model
