@@ -38,13 +38,17 @@ def endpoint_url_and_key(name: str, ep: Any, path: str | Path) -> tuple[str, str
     return str(url), ep.get("key") or ep.get("api_key")
 
 
+def env_api_key(api_key_var: str | None) -> str:
+    """The key in the named env var; "EMPTY" without one (vLLM accepts any key)."""
+    return (os.environ.get(api_key_var, "") if api_key_var else "") or "EMPTY"
+
+
 def openai_client(base_url: str, api_key_var: str | None = None, timeout: float = 600.0,
                   max_retries: int = 3) -> Any:
-    """AsyncOpenAI against `base_url`; the key comes from the named env var (vLLM accepts any key)."""
+    """AsyncOpenAI against `base_url`, its key from the named env var (`env_api_key`)."""
     from openai import AsyncOpenAI
 
-    key = os.environ.get(api_key_var, "") if api_key_var else ""
-    return AsyncOpenAI(base_url=base_url, api_key=key or "EMPTY", timeout=timeout, max_retries=max_retries)
+    return AsyncOpenAI(base_url=base_url, api_key=env_api_key(api_key_var), timeout=timeout, max_retries=max_retries)
 
 
 def resolve_model(model: str, base_url: str | None, api_key_var: str | None,

@@ -179,7 +179,9 @@ class BatchWorker:
         reqs = [r.req for r in rows]
         seeds = [(id(r.req), r.req.seed, r.index) if r.req.seed is not None else None for r in rows]
         min_tokens = [q.min_tokens for q in reqs]
-        sampler = Sampler(prompt_mask, **vars(dist), eos_ids=self.eos_ids, min_tokens=min_tokens,
+        sampler = Sampler(prompt_mask, temperature=dist.temperature, top_p=dist.top_p, top_k=dist.top_k,
+                          min_p=dist.min_p, repetition_penalty=dist.repetition_penalty, eos_ids=self.eos_ids,
+                          min_tokens=min_tokens,
                           rng_groups=[] if dist.greedy else row_generators(seeds, device),
                           top_logprobs=max((q.top_logprobs for q in reqs if q.logprobs), default=0))
         stopper = StopCriteria(self.engine.tokenizer, input_ids.shape[1], eos_ids=self.eos_ids,

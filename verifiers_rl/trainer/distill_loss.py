@@ -10,7 +10,6 @@ import torch
 
 from verifiers_rl.trainer.loss import (LossConfig, LossInputs, LossOutputs, check_token_shapes, clamped_total,
                                        masked_extreme, masked_mean, ratio_masked_policy_gradient)
-from verifiers_rl.trainer.metrics import with_std
 
 
 @dataclass
@@ -30,19 +29,13 @@ class DistillInputs:
 
 def teacher_kl_metrics(kl: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per-token KL estimates over the mask as step-aggregatable metrics: the mean, the mean square (the step's std
-    comes from both: :func:`finish_teacher_kl`) and the max."""
+    comes from both: ``metrics.with_std``, as the step merges them) and the max."""
     mask = mask.bool()
     return {
         "teacher_kl/mean": masked_mean(kl, mask),
         "teacher_kl/sq_mean": masked_mean(kl.pow(2), mask),
         "teacher_kl/max": masked_extreme(kl, mask, largest=True),
     }
-
-
-def finish_teacher_kl(metrics: dict[str, float]) -> dict[str, float]:
-    """A step's aggregated metrics with ``teacher_kl/sq_mean`` turned into ``teacher_kl/std`` (as every step's
-    merged metrics are: ``metrics.with_std``)."""
-    return with_std(metrics)
 
 
 def opd_loss(inputs: DistillInputs, config: LossConfig) -> LossOutputs:

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 PROBE_TEXT = "The quick brown fox: 12 + 30 = 42. ¿Qué? 東京 <tool_call>"
@@ -58,10 +57,11 @@ class Teacher:
         import json
         import urllib.request
 
+        from verifiers_rl.inference.clients import env_api_key
+
         base = self.url[: -len("/v1")] if root and self.url.endswith("/v1") else self.url
         data = json.dumps(body).encode() if body is not None else None
-        var = self.args.teacher_api_key_var
-        key = (os.environ.get(var) if var else None) or "EMPTY"  # as openai_client's
+        key = env_api_key(self.args.teacher_api_key_var)
         req = urllib.request.Request(base + route, data=data, headers={
             "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
         with urllib.request.urlopen(req, timeout=30) as r:
