@@ -262,6 +262,35 @@ def test_tool_env_runs_tools_and_reports_errors_to_the_model():
     assert env.tool_errors == 3
 
 
+def test_a_sync_tool_runs_on_the_event_loops_thread_as_in_verifiers(tmp_path):
+    """verifiers calls a sync tool inline (maybe_await): a sqlite connection made when the env loads, and the main
+    thread's signal.alarm timeout, work in its tools; on a worker thread sqlite refuses the connection and signal
+    refuses the handler, and the tool's answer would be that error."""
+    import signal
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "facts.db")
+    db.execute("create table facts (k text, v text)")
+    db.execute("insert into facts values ('capital', 'Paris')")
+
+    def lookup(key: str) -> str:
+        """Look a fact up.
+
+        Args:
+            key: the fact's name
+        """
+        old = signal.signal(signal.SIGALRM, lambda *a: None)
+        signal.signal(signal.SIGALRM, old)
+        return db.execute("select v from facts where k = ?", (key,)).fetchone()[0]
+
+    script = iter([completion(None, tool_calls=[("lookup", {"key": "capital"})], finish_reason="tool_calls"),
+                   completion("Paris")])
+    env = vf.ToolEnv(tools=[lookup], dataset=[{"question": "q", "answer": "Paris"}], max_turns=3)
+    s = run(generate_states(env, env.dataset, ScriptedClient(lambda **kw: next(script)), "m"))[0]
+    assert [m["content"] for m in s["completion"] if m["role"] == "tool"] == ["Paris"]
+    assert env.tool_errors == 0 and s["error"] is None
+
+
 def test_harness_exception_is_recorded_not_raised():
     class Broken(vf.MultiTurnEnv):
         async def env_response(self, messages, state):

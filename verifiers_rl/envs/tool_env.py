@@ -7,8 +7,6 @@ the other rollouts.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import inspect
 import json
 import logging
@@ -29,11 +27,11 @@ __all__ = ["ToolEnv", "ToolMonitorRubric"]
 
 
 async def run_tool(func: Callable, args: dict[str, Any]) -> Any:
-    """Call a tool with keyword arguments: awaited if async, else on a worker thread (off the event loop)."""
-    if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
-        return await func(**args)
-    result = await asyncio.to_thread(functools.partial(func, **args))
-    return await result if inspect.isawaitable(result) else result  # a sync wrapper around an async tool
+    """Call a tool with keyword arguments as verifiers does: a sync one on the event loop's thread (tools may hold
+    thread-bound objects made at load time, such as a sqlite connection, or time out by `signal.alarm`), its
+    result awaited when it is awaitable."""
+    result = func(**args)
+    return await result if inspect.isawaitable(result) else result
 
 
 def tool_calls_of(message: Any) -> list[ToolCall] | None:
