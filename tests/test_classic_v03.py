@@ -99,3 +99,35 @@ def test_math_rubric_verifies_any_length_unless_asked_and_tears_down():
     assert state["reward"] == 0.0
     for rubric in (unlimited, limited):
         run(rubric.teardown())
+
+
+class FlakySandbox(vf.MultiTurnEnv):
+    """Its first env reply fails with an infrastructure error (verifiers' InfraError family), later ones work."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_turns=2, **kwargs)
+        self.failures_left = 1
+
+    async def env_response(self, messages, state, **kwargs):
+        if self.failures_left:
+            self.failures_left -= 1
+            raise vf.SandboxError("sandbox died")
+        return [{"role": "user", "content": "again"}]
+
+
+def test_an_output_error_is_verifiers_error_data_and_retrying_run_rollout_reruns_it():
+    from verifiers_rl.utils.async_utils import maybe_retry
+    from verifiers_rl.utils.error_utils import validate_error_data
+
+    env = FlakySandbox(dataset=[{"question": "q", "answer": "A"}], rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+    row = env.get_dataset().to_list()[0]
+    failed = run(env.run_rollout(row, client(), "m", {}))
+    # verifiers 0.3's ErrorData, and 0.1.11's error_chain (the errors' reprs) / long_error_chain (their types)
+    assert validate_error_data(failed["error"]) == {
+        "error": "SandboxError", "message": "sandbox died", "error_chain_repr": "SandboxError('sandbox died')",
+        "error_chain_str": "SandboxError"}
+    assert (failed["error_chain"], failed["long_error_chain"]) == ("SandboxError('sandbox died')", "SandboxError")
+    env.failures_left = 1
+    # verifiers' own pattern (maybe_retry over run_rollout): the serialized InfraError is recognised and retried
+    retried = run(maybe_retry(env.run_rollout, max_retries=1, initial=0.0)(row, client(), "m", {}))
+    assert retried["error"] is None and retried["stop_condition"] == "max_turns_reached"

@@ -15,7 +15,7 @@ _TYPES = ("SystemMessage", "UserMessage", "AssistantMessage", "ToolMessage", "Te
           "Tool", "ToolCall", "Response", "ResponseMessage", "ResponseTokens", "Usage", "State", "Info",
           "SamplingArgs", "RewardFunc", "RolloutInput", "RolloutOutput", "RolloutTiming", "TrajectoryStep",
           "TrajectoryStepTokens", "GenerateMetadata", "GenerateOutputs", "RolloutScore", "RolloutScores",
-          "ClientConfig", "ClientType", "DatasetBuilder", "TokenUsage", "ErrorInfo")
+          "ClientConfig", "ClientType", "DatasetBuilder", "TokenUsage", "ErrorInfo", "ErrorData")
 _ERRORS = ("Error", "ModelError", "InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
            "ToolError", "ToolParseError", "ToolCallError", "InfraError", "TunnelError", "SandboxError")
 

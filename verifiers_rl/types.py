@@ -242,9 +242,14 @@ class RolloutInput(BaseRolloutInput, total=False):
 
 
 class ErrorInfo(TypedDict):
+    """A rollout's error as data (a saved output's `error`): verifiers 0.3's ErrorData, 0.1.11's fields + message."""
     error: str
+    message: str
     error_chain_repr: str
     error_chain_str: str
+
+
+ErrorData = ErrorInfo  # verifiers 0.3's name
 
 
 class RolloutOutput(dict):

@@ -11,6 +11,7 @@ from typing import Any
 
 from verifiers_rl.types import GenerateMetadata, GenerateOutputs, RolloutOutput, State
 from verifiers_rl.rewards import reward_of
+from verifiers_rl.utils.error_utils import error_data, is_error_data
 from verifiers_rl.utils.message_utils import messages_to_printable, sanitize_tool_calls
 from verifiers_rl.utils.usage_utils import extract_usage_tokens, state_usage
 
@@ -43,16 +44,6 @@ def make_serializable(value: Any) -> Any:
     return str(value)
 
 
-def _error_info(err: Any) -> tuple[dict[str, str], str, str]:
-    chain, e = [], err
-    while e is not None:
-        chain.append(e)
-        e = e.__cause__ if isinstance(e, BaseException) else None
-    text = " <- ".join(f"{type(x).__name__}({x})" for x in chain)
-    plain = " <- ".join(str(x) for x in chain)
-    return {"error": type(err).__name__, "error_chain_repr": text, "error_chain_str": plain}, text, plain
-
-
 def _usage(state: State) -> dict[str, float] | None:
     """The state's tracked usage, else the sum over its steps' responses (states made without a tracker)."""
     usage = state_usage(state)
@@ -76,8 +67,11 @@ def state_to_output(state: State, state_columns: list[str] | None = None) -> Rol
     for key in ("prompt", "completion"):
         if state.get(key) is not None:
             out[key] = sanitize_tool_calls(messages_to_printable(state.get(key)))
-    if state.get("error") is not None:
-        out["error"], out["error_chain"], out["long_error_chain"] = _error_info(state.get("error"))
+    error = state.get("error")
+    if error is not None:  # verifiers' ErrorData; one already in that form stays as it is
+        out["error"] = error if is_error_data(error) else error_data(
+            error if isinstance(error, BaseException) else Exception(str(error)))
+        out["error_chain"], out["long_error_chain"] = out["error"]["error_chain_repr"], out["error"]["error_chain_str"]
     for key in ("answer", "info"):
         if not out.get(key):
             out.pop(key, None)
