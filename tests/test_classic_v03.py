@@ -131,3 +131,35 @@ def test_an_output_error_is_verifiers_error_data_and_retrying_run_rollout_reruns
     # verifiers' own pattern (maybe_retry over run_rollout): the serialized InfraError is recognised and retried
     retried = run(maybe_retry(env.run_rollout, max_retries=1, initial=0.0)(row, client(), "m", {}))
     assert retried["error"] is None and retried["stop_condition"] == "max_turns_reached"
+
+
+class ColumnRubric(vf.Rubric):
+    """Reward functions and a cleanup handler that read the row's own columns by name (verifiers 0.3)."""
+
+    def __init__(self):
+        def by_difficulty(completion, difficulty):
+            return difficulty / 10
+
+        def tag_count(**kwargs):
+            return float(len(kwargs["tags"]))
+
+        def answer_wins(answer, info):  # a column never shadows the named fields
+            return float(answer == "A" and info == {"k": 1})
+
+        super().__init__(funcs=[by_difficulty, tag_count, answer_wins])
+        self.cleaned = []
+
+    @vf.cleanup
+    async def note(self, state, difficulty):
+        self.cleaned.append(difficulty)
+
+
+def test_reward_functions_and_rubric_cleanup_get_the_rows_other_columns_by_name():
+    rows = [{"question": "q", "answer": "A", "info": {"k": 1}, "difficulty": 3, "tags": ["x", "y"]}]
+    rubric = ColumnRubric()
+    env = vf.SingleTurnEnv(dataset=rows, rubric=rubric)
+    out = run(env.generate(env.dataset, client(), "m"))["outputs"][0]
+    assert out["metrics"] == {"by_difficulty": 0.3, "tag_count": 2.0, "answer_wins": 1.0, "num_turns": 1.0}
+    states = run(generate_states(env, env.dataset, client(), "m"))  # the training path: the same scores
+    assert states[0]["metrics"] == out["metrics"] and not states[0].get("reward_errors")
+    assert rubric.cleaned == [3, 3]

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from verifiers_rl.decorators import call_marked, marked_methods
@@ -23,6 +24,17 @@ from verifiers_rl.utils.async_utils import maybe_await, run_sync
 # group argument -> the per-rollout field it lists (example_ids is ours; verifiers passes no ids)
 GROUP_ARGS = {"prompts": "prompt", "completions": "completion", "answers": "answer", "states": "state",
               "tasks": "task", "infos": "info", "example_ids": "example_id"}
+
+
+# the row fields offered by their own names; the row's OTHER columns are offered too (verifiers 0.3's TASK_INPUT_FIELDS)
+ROW_FIELDS = frozenset({"prompt", "answer", "info", "example_id"})
+
+
+def row_columns(state: Any) -> dict[str, Any]:
+    """The dataset row's other columns by name, as verifiers 0.3 offers them to reward functions and rubric cleanup
+    handlers (`def f(completion, difficulty)` gets the row's `difficulty`); the named objects win over a column."""
+    row = state.get("input") if isinstance(state, Mapping) else None
+    return {k: v for k, v in row.items() if k not in ROW_FIELDS} if isinstance(row, Mapping) else {}
 
 
 class RubricSetupError(RuntimeError):
@@ -113,7 +125,7 @@ class Rubric:
         """Run the rubric's cleanup handlers on a scored rollout."""
         if not self._cleanup_handlers:  # the usual case: no per-rollout reads of the state
             return
-        objects = {"prompt": state.get("prompt"), "completion": state.get("completion"),
+        objects = {**row_columns(state), "prompt": state.get("prompt"), "completion": state.get("completion"),
                    "answer": state.get("answer", ""), "info": state.get("info", {}), "task": state.get("task"),
                    **self.class_objects}
         for handler in self._cleanup_handlers:
@@ -181,7 +193,7 @@ class Rubric:
 
     async def _call_individual_reward_func(self, func: Callable, state: Any) -> float:
         """Score one rollout with one function; a raising function scores 0 and is counted."""
-        pool = {"prompt": state.get("prompt"), "completion": state.get("completion"),
+        pool = {**row_columns(state), "prompt": state.get("prompt"), "completion": state.get("completion"),
                 "answer": state.get("answer", ""), "state": state, "task": state.get("task"),
                 "info": state.get("info", {}), "example_id": state.get("example_id")}
         pool.update(self.class_objects)  # class objects win, as in verifiers
