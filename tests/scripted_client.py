@@ -49,3 +49,59 @@ class ScriptedClient:
             completions = _Completions()
 
         self.chat = _Chat()
+
+
+class HostedAPI:
+    """A scripted chat-completions HTTP server (a thread on port 0) that refuses vLLM's `return_token_ids` with a 400,
+    as OpenAI's API refuses a field it does not know; it stands in for a hosted API the tests cannot reach. The
+    first `hold` refusals are answered together, once that many requests are in flight (rollouts run at once);
+    every request body is recorded. Use as a context manager; `base_url` is its /v1."""
+
+    def __init__(self, text: str = "ok", hold: int = 1):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[dict[str, Any]] = []
+        refused, all_in, lock = [0], threading.Event(), threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.requests.append(body)
+                if "return_token_ids" in body:
+                    with lock:
+                        refused[0] += 1
+                        n = refused[0]
+                    if n >= hold:
+                        all_in.set()
+                    if n <= hold:
+                        all_in.wait(30)
+                    code, out = 400, {"error": {"message": "Unrecognized request argument supplied: return_token_ids",
+                                                "type": "invalid_request_error", "param": None, "code": None}}
+                else:
+                    code, out = 200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": text}}],
+                                      "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+                data = json.dumps(out).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "HostedAPI":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()

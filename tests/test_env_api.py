@@ -391,3 +391,23 @@ def test_an_env_without_an_eval_dataset_says_it_falls_back_once(caplog):
             assert len(env.get_eval_dataset(n=2)) == 2
     said = [r for r in caplog.records if "falling back to train dataset" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_every_rollout_in_flight_asks_a_hosted_api_again_without_the_token_fields_it_refuses():
+    """vf-eval against a hosted API (OpenAI's refuses vLLM's return_token_ids): the rollouts sent at once were all
+    refused; each asks again without the token fields, not only the one that saw the refusal first. The API is a
+    scripted HTTP stand-in (tests/scripted_client.py HostedAPI): the tests reach no hosted service."""
+    import openai
+
+    from scripted_client import HostedAPI
+
+    def said_it(completion, answer):
+        return float(completion[-1]["content"] == answer)
+
+    env = vf.SingleTurnEnv(dataset=[{"question": "q", "answer": "ok"}], rubric=vf.Rubric(funcs=[said_it]))
+    with HostedAPI(text="ok", hold=4) as api:
+        client = openai.AsyncOpenAI(base_url=api.base_url, api_key="k", max_retries=0)
+        states = run(generate_states(env, env.dataset, client, "m", rollouts_per_example=4))
+    assert [(s.get("error"), s["reward"]) for s in states] == [(None, 1.0)] * 4
+    refused = [r for r in api.requests if "return_token_ids" in r]
+    assert len(refused) == 4 and all("logprobs" not in r for r in api.requests[4:]) and len(api.requests) == 8

@@ -339,3 +339,28 @@ def test_the_real_packages_default_judge_is_named_and_refused_at_the_policy(monk
         check_judges([("real", env)], [("http://127.0.0.1:8000", None)])
     assert "OPENAI_BASE_URL=http://localhost:8000/v1 is the policy's own inference server" in str(e.value)
     assert "VF_JUDGE" not in str(e.value) and "judge_client" in str(e.value)
+
+
+@requires_real
+def test_a_hosted_api_refusing_token_fields_serves_a_real_env_asked_again_without_them():
+    """vf-eval of a real verifiers env against a hosted API (OpenAI's refuses vLLM's return_token_ids): every
+    rollout in flight asks again without the token fields, as our own client does, instead of each recording a
+    ModelError. The API is a scripted HTTP stand-in (tests/scripted_client.py HostedAPI): no hosted service here."""
+    import openai
+
+    import verifiers_rl as vf
+    from verifiers_rl.envs.rollouts import generate_states
+    from scripted_client import HostedAPI
+
+    sys.path.insert(0, str(FIXTURE))
+    try:
+        env = vf.load_environment("real-env", kind="single", n=1)
+        with HostedAPI(text="spell", hold=3) as api:
+            client = openai.AsyncOpenAI(base_url=api.base_url, api_key="k", max_retries=0)
+            states = asyncio.run(generate_states(env, env.get_eval_dataset(n=1).to_list(), client, "m",
+                                                 sampling_args={"max_tokens": 8}, rollouts_per_example=3))
+    finally:
+        sys.path.remove(str(FIXTURE))
+    assert [s.get("error") for s in states] == [None] * 3 and all(s["completion"] for s in states)
+    assert sum("return_token_ids" in r for r in api.requests) == 3 and len(api.requests) == 6
+    assert all("logprobs" not in r and r["max_completion_tokens"] == 8 for r in api.requests[3:])

@@ -34,6 +34,19 @@ def pop_extra_body(args: dict[str, Any]) -> dict[str, Any]:
     return extra_body
 
 
+def refuses_token_fields(error: BaseException) -> bool:
+    """A server's 400 naming vLLM's `return_token_ids` (a hosted API such as OpenAI's): ask again without the token
+    fields, from then on."""
+    return "return_token_ids" in str(getattr(getattr(error, "response", None), "text", "") or error).lower()
+
+
+def without_token_fields(args: dict[str, Any]) -> dict[str, Any]:
+    """Request `args` without what a training run asks back: `logprobs` and `extra_body`'s `return_token_ids`."""
+    out = {k: v for k, v in args.items() if k not in ("logprobs", "extra_body")}
+    extra_body = {k: v for k, v in (args.get("extra_body") or {}).items() if k != "return_token_ids"}
+    return {**out, "extra_body": extra_body} if extra_body else out
+
+
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     if isinstance(obj, dict):
         return obj.get(key, default)
@@ -105,16 +118,17 @@ class OpenAIChatCompletionsClient(Client):
                                   tools: list[dict[str, Any]] | None = None, **kwargs: Any) -> Any:
         import openai
 
+        asked_tokens = self.want_tokens  # this request's: rollouts in flight may have asked before it changed
         args = self._request_args(sampling_args)
         if tools:
             args["tools"] = tools
         try:
             return await self._client.chat.completions.create(model=model, messages=prompt, **args)
         except openai.BadRequestError as e:
-            text = str(getattr(getattr(e, "response", None), "text", "") or e).lower()
-            if self.want_tokens and "return_token_ids" in text:
+            if asked_tokens and refuses_token_fields(e):
                 self.want_tokens = False  # a hosted API without vLLM's fields
                 return await self.get_native_response(prompt, model, sampling_args, tools)
+            text = str(getattr(getattr(e, "response", None), "text", "") or e).lower()
             if any(p in text for p in _CONTEXT_PHRASES):
                 raise OverlongPromptError(str(e)) from e
             raise

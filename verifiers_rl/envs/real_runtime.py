@@ -57,8 +57,11 @@ def _adapter_class() -> type:
     from verifiers.clients.openai_chat_completions_client import (OpenAIChatCompletionsClient,
                                                                   handle_openai_overlong_prompt)
 
+    from verifiers_rl.clients.openai_chat_completions_client import refuses_token_fields, without_token_fields
+
     class EngineClient(OpenAIChatCompletionsClient):
         fatal: BaseException | None = None  # a dead server seen by any request: ends the run after the group
+        want_tokens = True  # until a server refuses vLLM's token fields (a hosted API): then asked without them
 
         def setup_client(self, config: Any) -> Any:
             raise TypeError("EngineClient wraps a client object; pass a ClientConfig to verifiers' own clients")
@@ -69,9 +72,14 @@ def _adapter_class() -> type:
         @handle_openai_overlong_prompt
         async def get_native_response(self, prompt: Any, model: str, sampling_args: Any, tools: Any = None,
                                       **kwargs: Any) -> Any:
+            import openai
+
             args = {k: v for k, v in dict(sampling_args or {}).items() if v is not None}
             if "max_tokens" in args:  # as verifiers sends it
                 args["max_completion_tokens"] = args.pop("max_tokens")
+            asked_tokens = self.want_tokens  # this request's: rollouts in flight may have asked before it changed
+            if not asked_tokens:
+                args = without_token_fields(args)
             if kwargs.get("extra_headers"):
                 args["extra_headers"] = kwargs["extra_headers"]
             if tools:
@@ -81,6 +89,11 @@ def _adapter_class() -> type:
             except ModelServerError as e:
                 self.fatal = e  # verifiers would wrap it into a per-rollout ModelError; a dead server ends runs
                 raise
+            except openai.BadRequestError as e:
+                if not (asked_tokens and refuses_token_fields(e)):
+                    raise
+                self.want_tokens = False  # as our own client does: vf-eval against a hosted API works
+                return await self.get_native_response(prompt, model, sampling_args, tools, **kwargs)
 
     return EngineClient
 
