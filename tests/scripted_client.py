@@ -52,12 +52,13 @@ class ScriptedClient:
 
 
 class HostedAPI:
-    """A scripted chat-completions HTTP server (a thread on port 0) that refuses vLLM's `return_token_ids` with a 400,
-    as OpenAI's API refuses a field it does not know; it stands in for a hosted API the tests cannot reach. The
-    first `hold` refusals are answered together, once that many requests are in flight (rollouts run at once);
-    every request body is recorded. Use as a context manager; `base_url` is its /v1."""
+    """A scripted chat-completions HTTP server (a thread on port 0) that answers a request carrying a field in `refuse`
+    with a 400, as OpenAI's API refuses vLLM's `return_token_ids` (a field it does not know) and, for its reasoning
+    models, `max_tokens`; it stands in for a hosted API the tests cannot reach. The first `hold` refusals are
+    answered together, once that many requests are in flight (rollouts run at once); every request body is
+    recorded. Use as a context manager; `base_url` is its /v1."""
 
-    def __init__(self, text: str = "ok", hold: int = 1):
+    def __init__(self, text: str = "ok", hold: int = 1, refuse: tuple[str, ...] = ("return_token_ids",)):
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -69,7 +70,8 @@ class HostedAPI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 api.requests.append(body)
-                if "return_token_ids" in body:
+                refused_field = next((f for f in refuse if f in body), None)
+                if refused_field is not None:
                     with lock:
                         refused[0] += 1
                         n = refused[0]
@@ -77,8 +79,11 @@ class HostedAPI:
                         all_in.set()
                     if n <= hold:
                         all_in.wait(30)
-                    code, out = 400, {"error": {"message": "Unrecognized request argument supplied: return_token_ids",
-                                                "type": "invalid_request_error", "param": None, "code": None}}
+                    message = (f"Unsupported parameter: '{refused_field}' is not supported with this model."
+                               if refused_field == "max_tokens" else
+                               f"Unrecognized request argument supplied: {refused_field}")
+                    code, out = 400, {"error": {"message": message, "type": "invalid_request_error",
+                                                "param": refused_field, "code": None}}
                 else:
                     code, out = 200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
                                       "choices": [{"index": 0, "finish_reason": "stop",

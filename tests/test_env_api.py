@@ -411,3 +411,20 @@ def test_every_rollout_in_flight_asks_a_hosted_api_again_without_the_token_field
     assert [(s.get("error"), s["reward"]) for s in states] == [(None, 1.0)] * 4
     refused = [r for r in api.requests if "return_token_ids" in r]
     assert len(refused) == 4 and all("logprobs" not in r for r in api.requests[4:]) and len(api.requests) == 8
+
+
+def test_max_tokens_reaches_the_server_as_max_completion_tokens_as_verifiers_sends_it():
+    """An env's max_tokens is sent as max_completion_tokens (verifiers' client does so; OpenAI's reasoning models
+    refuse max_tokens, vLLM and the local engine read either: tests/test_local_engine.py). The API is the scripted
+    stand-in of a hosted reasoning model (tests/scripted_client.py HostedAPI)."""
+    import openai
+
+    from scripted_client import HostedAPI
+
+    env = vf.SingleTurnEnv(dataset=[{"question": "q", "answer": "ok"}], sampling_args={"max_tokens": 16},
+                           rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+    with HostedAPI(text="ok", refuse=("return_token_ids", "max_tokens")) as api:
+        client = openai.AsyncOpenAI(base_url=api.base_url, api_key="k", max_retries=0)
+        states = run(generate_states(env, env.dataset, client, "o4-mini", rollouts_per_example=2))
+    assert [s.get("error") for s in states] == [None, None]
+    assert all(r["max_completion_tokens"] == 16 and "max_tokens" not in r for r in api.requests)

@@ -34,6 +34,15 @@ def pop_extra_body(args: dict[str, Any]) -> dict[str, Any]:
     return extra_body
 
 
+def chat_completion_args(sampling_args: dict[str, Any] | None) -> dict[str, Any]:
+    """Sampling args as a chat-completions request sends them, as verifiers does: None values dropped, `max_tokens`
+    sent as `max_completion_tokens` (OpenAI's reasoning models refuse `max_tokens`; vLLM reads either)."""
+    args = {k: v for k, v in dict(sampling_args or {}).items() if v is not None}
+    if "max_tokens" in args:
+        args["max_completion_tokens"] = args.pop("max_tokens")
+    return args
+
+
 def refuses_token_fields(error: BaseException) -> bool:
     """A server's 400 naming vLLM's `return_token_ids` (a hosted API such as OpenAI's): ask again without the token
     fields, from then on."""
@@ -104,7 +113,7 @@ class OpenAIChatCompletionsClient(Client):
         return [native_message(m) for m in messages], {}
 
     def _request_args(self, sampling_args: SamplingArgs) -> dict[str, Any]:
-        args = {k: v for k, v in dict(sampling_args or {}).items() if v is not None}
+        args = chat_completion_args(sampling_args)
         extra_body = pop_extra_body(args)
         args.pop("n", None)  # one choice per request: rollouts are separate requests
         if self.want_tokens:

@@ -57,7 +57,8 @@ def _adapter_class() -> type:
     from verifiers.clients.openai_chat_completions_client import (OpenAIChatCompletionsClient,
                                                                   handle_openai_overlong_prompt)
 
-    from verifiers_rl.clients.openai_chat_completions_client import refuses_token_fields, without_token_fields
+    from verifiers_rl.clients.openai_chat_completions_client import (chat_completion_args, refuses_token_fields,
+                                                                   without_token_fields)
 
     class EngineClient(OpenAIChatCompletionsClient):
         fatal: BaseException | None = None  # a dead server seen by any request: ends the run after the group
@@ -74,9 +75,7 @@ def _adapter_class() -> type:
                                       **kwargs: Any) -> Any:
             import openai
 
-            args = {k: v for k, v in dict(sampling_args or {}).items() if v is not None}
-            if "max_tokens" in args:  # as verifiers sends it
-                args["max_completion_tokens"] = args.pop("max_tokens")
+            args = chat_completion_args(sampling_args)  # as verifiers sends them
             asked_tokens = self.want_tokens  # this request's: rollouts in flight may have asked before it changed
             if not asked_tokens:
                 args = without_token_fields(args)

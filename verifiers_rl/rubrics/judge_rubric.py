@@ -12,6 +12,7 @@ import os
 import weakref
 from typing import Any
 
+from verifiers_rl.clients.openai_chat_completions_client import chat_completion_args
 from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.record import get_field
 from verifiers_rl.rubrics.judge_endpoint import (  # noqa: F401  (names this module has always offered)
@@ -59,14 +60,6 @@ def _question_text(prompt: Messages | str) -> str:
     if isinstance(content, list):  # content parts: their text
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return str(content)
-
-
-def _chat_args(sampling_args: dict[str, Any]) -> dict[str, Any]:
-    """Sampling args for chat.completions: max_tokens is sent as max_completion_tokens; None values dropped."""
-    args = dict(sampling_args)
-    if "max_tokens" in args:
-        args["max_completion_tokens"] = args.pop("max_tokens")
-    return {k: v for k, v in args.items() if v is not None}
 
 
 class JudgeRubric(Rubric):
@@ -135,7 +128,7 @@ class JudgeRubric(Rubric):
         client = self._client()
         create = client.chat.completions.create
         kwargs = {"model": self.judge_model, "messages": [{"role": "user", "content": text}],
-                  **_chat_args(self.judge_sampling_args)}
+                  **chat_completion_args(self.judge_sampling_args)}
         try:
             if _is_sync_openai(client):  # a blocking client must not stall the event loop
                 result = await asyncio.to_thread(create, **kwargs)
