@@ -42,6 +42,24 @@ def test_missing_prompt_column_is_a_clear_error():
         vf.SingleTurnEnv(dataset=Dataset.from_list([{"text": "a"}]))
 
 
+def test_an_empty_train_split_loads_and_its_eval_split_runs():
+    """An environment that splits its rows as `rows[:-n]` / `rows[-n:]` and is asked for n >= all of them builds an
+    empty train Dataset (no columns): verifiers loads it (a map over no rows) and evaluates; so does this runtime,
+    and training on it is refused in one line (the orchestrator's check). The model's replies are scripted."""
+    from verifiers_rl.envs.dataset_format import without_training_rows
+
+    rows = [{"question": f"Guess {w}.", "answer": w} for w in ("apple", "pear")]
+    num_eval = 5
+    env = vf.SingleTurnEnv(dataset=Dataset.from_list(rows[:-num_eval]),
+                           eval_dataset=Dataset.from_list(rows[-num_eval:]),
+                           rubric=vf.Rubric(funcs=[lambda completion, answer: float(answer in str(completion))]))
+    assert len(env.dataset) == 0 and without_training_rows(env)
+    client = ScriptedClient(lambda messages, **kw: completion(f"it is {messages[-1]['content'].split()[1]}"))
+    states = run(generate_states(env, env.get_eval_dataset().to_list(), client, "m"))
+    assert [s["reward"] for s in states] == [1.0, 1.0]
+    assert not without_training_rows(vf.SingleTurnEnv(dataset=Dataset.from_list(rows)))
+
+
 def test_rubric_injects_only_declared_kwargs_and_weights():
     seen = {}
 

@@ -168,16 +168,20 @@ def test_an_environment_with_only_an_eval_dataset_is_one_line_before_training(ti
     with pytest.raises(ConfigError) as e:
         _training_envs(cfg, eval_only)
     assert str(e.value) == ("env.id: 'me/probe-evalonly' has no training dataset (its load_environment() gave an "
-                            "eval_dataset only); give it a dataset, or evaluate it with [[eval.env]]")
+                            "eval_dataset only, or a dataset of no rows); give it a dataset, or evaluate it with "
+                            "[[eval.env]]")
     cfg = validate_run_config({"model": "m", "env": [{"id": "a"}, {"id": "b"}]})
     with pytest.raises(ConfigError, match=r"^env\.0\.id: 'a' has no training dataset"):
         _training_envs(cfg, eval_only)
+    with pytest.raises(ConfigError, match=r"^env\.0\.id: 'a' has no training dataset"):  # every row went to eval
+        _training_envs(cfg, lambda *_a, **_k: vf.SingleTurnEnv(dataset=[], eval_dataset=[{"question": "a",
+                                                                                          "answer": "a"}]))
     args = vf.RLConfig(output_dir=str(tmp_path / "rl"), max_steps=1, batch_size=4, rollouts_per_example=2,
                        micro_batch_size=4, max_tokens=2, save_steps=100, disable_tqdm=True)
     env = eval_only()
     env.env_id = "probe-evalonly"
     with pytest.raises(ValueError, match=r"^environment 'probe-evalonly' has no training dataset \(it was given an "
-                                         r"eval_dataset only\)"):
+                                         r"eval_dataset only, or a dataset of no rows\)"):
         vf.RLTrainer(str(tiny_model_dir), env, args)
     assert env.get_eval_dataset() is not None  # what it has still evaluates
 

@@ -41,9 +41,12 @@ def group_member(row: Any) -> str | None:
 
 
 def without_training_rows(env: Any) -> bool:
-    """An environment built with no training dataset (an eval_dataset only, ours or verifiers' classic one):
-    `get_dataset()` would raise; the trainer says so first, naming the environment."""
-    return getattr(env, "dataset", False) is None and getattr(env, "dataset_source", None) is None
+    """An environment built with no training rows (an eval_dataset only, ours or verifiers' classic one, or an
+    empty dataset: a split that gave every row to eval): the trainer says so first, naming the environment."""
+    dataset = getattr(env, "dataset", False)
+    if dataset is None:
+        return getattr(env, "dataset_source", None) is None
+    return hasattr(dataset, "num_rows") and dataset.num_rows == 0
 
 
 def rows_dataset(rows: list[dict], columns: tuple[str, ...]) -> Any:
@@ -83,6 +86,8 @@ class DatasetFormatting:
         map_kwargs = map_kwargs or {}
         if "prompt" not in dataset.column_names:
             if question_key not in dataset.column_names:
+                if len(dataset) == 0:  # as verifiers (a map over no rows): an empty split loads, e.g. a train
+                    return dataset     # split an environment left empty by giving every row to eval
                 raise ValueError(f"dataset needs a 'prompt' or '{question_key}' column; it has "
                                  f"{sorted(dataset.column_names)}")
             head = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + list(few_shot or [])

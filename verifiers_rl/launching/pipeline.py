@@ -62,7 +62,8 @@ def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any
         if without_training_rows(sub):  # before the warm-up, not after it
             key = f"env.{i}" if isinstance(cfg.env, list) else "env"
             raise ConfigError(f"{key}.id: {e.id!r} has no training dataset (its load_environment() gave "
-                                       "an eval_dataset only); give it a dataset, or evaluate it with [[eval.env]]")
+                              "an eval_dataset only, or a dataset of no rows); give it a dataset, or evaluate it "
+                              "with [[eval.env]]")
         sub.env_id = _env_name(e.id, e.name)
         sub_envs.append(sub)
     if len(sub_envs) == 1:

@@ -61,8 +61,8 @@ class Orchestrator:
         self.max_concurrent = max_concurrent
         if without_training_rows(env):
             raise ValueError(f"environment {getattr(env, 'env_id', None) or type(env).__name__!r} has no training "
-                             "dataset (it was given an eval_dataset only): give it a dataset to train on, and "
-                             "evaluate it with eval_envs")
+                             "dataset (it was given an eval_dataset only, or a dataset of no rows): give it a dataset "
+                             "to train on, and evaluate it with eval_envs")
         self.dataset = env.get_dataset()
         # a multi-agent environment's rollout is one state per agent (envs.rollouts.per_agent): fewer examples
         agents = agents_per_rollout(env)
