@@ -87,3 +87,22 @@ def test_full_fine_tuning_of_a_half_precision_model_object_is_said(tiny_model_di
         trainer = vf.RLTrainer(model, make_env(), make_config(tmp_path, use_lora=False),
                                processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
     trainer.close()
+
+
+@pytest.mark.integration  # trains in-process
+def test_data_seed_orders_the_data_as_transformers_data_sampler_seed(tiny_model_dir, tmp_path):
+    import json
+
+    def first_step(name: str, **overrides) -> tuple[set[str], int]:
+        trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path / name, max_steps=1, **overrides))
+        trainer.train()
+        trainer.close()
+        recorded = json.loads((tmp_path / name / "checkpoint-1" / "rl_state.json").read_text())["seed"]
+        return {s["prompt"][-1]["content"] for s in trainer.last_states}, recorded
+
+    plain, plain_seed = first_step("plain", seed=0)
+    by_data_seed, data_seed = first_step("data_seed", seed=0, data_seed=5)
+    by_seed, _ = first_step("seed", seed=5)
+    # data_seed (transformers: the data sampler's seed) picks the data order, as seed alone would; seed stays 0
+    assert by_data_seed == by_seed != plain
+    assert (plain_seed, data_seed) == (0, 5)

@@ -179,7 +179,7 @@ def save_staged(trainer: Any, save_into: Any) -> None:
     orch, step = trainer.orchestrator, trainer.state.global_step
     with open(os.path.join(staged, "rl_state.json"), "w") as f:
         json.dump({"step": step, "policy_version": orch.policy_version,
-                   "seed": args.seed, "data_order": "seeded shuffle per epoch; step k = k-th slice",
+                   "seed": args.data_order_seed(), "data_order": "seeded shuffle per epoch; step k = k-th slice",
                    **orch.state_dict(step)}, f, indent=2)
     if args.save_merged_weights:  # the LoRA policy as a plain HF model dir (config, merged safetensors, tokenizer)
         model, merged = trainer.served_model(), os.path.join(staged, MERGED_DIR)

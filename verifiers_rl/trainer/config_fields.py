@@ -236,7 +236,8 @@ class RLFields(CheckpointSettings, BufferSettings):
     )
 
     # --- Data --------------------------------------------------------------------------------------------------------
-    seed: int = field(default=42, metadata={"help": "Random seed (model init, data order, sampling)."})
+    seed: int = field(default=42, metadata={"help": "Random seed (model init, data order unless data_seed is set, "
+                                                    "sampling)."})
     shuffle_dataset: bool = field(default=True, metadata={"help": "Shuffle the environment's dataset before training."})
 
     local_async: bool = field(
@@ -458,6 +459,12 @@ class RLFields(CheckpointSettings, BufferSettings):
     def lora_options_set(self) -> list[str]:
         """The LoRA options changed from their defaults (an error without LoRA, or beside a `peft_config`)."""
         return [n for n in _LORA_OPTIONS if getattr(self, n) != field_default(RLFields.__dataclass_fields__[n])]
+
+    def data_order_seed(self) -> int:
+        """The seed of the data order and the difficulty buffer's draws: transformers' `data_seed` (its data
+        sampler's seed) when set, else `seed`."""
+        data_seed = getattr(self, "data_seed", None)  # a TrainingArguments field: absent in vf-rl's pre-launch check
+        return self.seed if data_seed is None else data_seed
 
     def buffer_config(self) -> BufferConfig:
         """The difficulty buffer's settings (``BufferConfig``) as this run sets them."""

@@ -121,7 +121,7 @@ def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
     trainer.orchestrator = Orchestrator(
         trainer.env, client, model_name, trainer.mode.sampling_args(),
         batch_size=args.batch_size, rollouts_per_example=args.rollouts_per_example,
-        max_concurrent=args.max_concurrent, seed=args.seed, shuffle=args.shuffle_dataset,
+        max_concurrent=args.max_concurrent, seed=args.data_order_seed(), shuffle=args.shuffle_dataset,
         max_async_level=args.max_async_level, inline=inline, generation_timeout=args.generation_timeout,
         before_generate=before_generate if inline else None,
         buffer=args.buffer_config(), rank=args.process_index, world=args.world_size,
