@@ -106,3 +106,46 @@ def test_data_seed_orders_the_data_as_transformers_data_sampler_seed(tiny_model_
     # data_seed (transformers: the data sampler's seed) picks the data order, as seed alone would; seed stays 0
     assert by_data_seed == by_seed != plain
     assert (plain_seed, data_seed) == (0, 5)
+
+
+@pytest.mark.integration  # trains in-process
+def test_a_peft_model_or_adapter_dir_trains_in_full_without_lora(tiny_model_dir, tmp_path):
+    """use_lora=False on a PEFT model (an object, or an adapter directory): the adapter is merged and every weight
+    trains, as model_loading says; the merged base had stayed frozen, so the first backward had nothing to train."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.trainer.model_loading import peft_wrapping_quietly
+
+    def peft_model():
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        with peft_wrapping_quietly():
+            return get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+
+    peft_model().save_pretrained(tmp_path / "adapter")
+    for name, model in (("object", peft_model()), ("dir", str(tmp_path / "adapter"))):
+        trainer = vf.RLTrainer(model, make_env(), make_config(tmp_path / name, max_steps=1, use_lora=False))
+        assert not hasattr(trainer.model, "peft_config")
+        start = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+        assert start and all(p.requires_grad for p in trainer.model.parameters())
+        trainer.train()
+        trainer.close()
+        assert not torch.equal(start["model.embed_tokens.weight"], trainer.model.model.embed_tokens.weight)
+
+
+def test_a_peft_config_beside_a_peft_model_is_one_line(tiny_model_dir, tmp_path):
+    """As TRL: the model's own adapter is the one trained, so a peft_config would be ignored (RLConfig's lora_*
+    fields beside an adapter are, by design: tests/test_trainer.py::test_starting_from_adapter_dir_continues_...)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.trainer.model_loading import peft_wrapping_quietly
+
+    with peft_wrapping_quietly():
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                               LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    with pytest.raises(ValueError) as err:
+        vf.RLTrainer(model, make_env(), make_config(tmp_path),
+                     peft_config=LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    assert str(err.value).startswith("peft_config is given but the model already carries a PEFT adapter"), err.value

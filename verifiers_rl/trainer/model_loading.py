@@ -143,6 +143,9 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
 
     _check_peft_config(peft_config, args)
     is_peft = hasattr(model, "peft_config")
+    if is_peft and peft_config is not None:  # as TRL: the model's own adapter would train, peft_config ignored
+        raise ValueError("peft_config is given but the model already carries a PEFT adapter, which is the one "
+                         "trained: drop peft_config, or pass the base model")
     if args.disable_dropout:  # a PeftModel's base too: one passed in, or loaded from an adapter directory
         disable_dropout(model)
     if args.use_lora and not is_peft:
@@ -157,7 +160,8 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
         with peft_wrapping_quietly():
             model = get_peft_model(model, cfg)
     elif not args.use_lora and is_peft:
-        model = model.merge_and_unload()  # full fine-tuning continues from the adapted weights
+        # full fine-tuning continues from the adapted weights; peft froze the base ones
+        model = model.merge_and_unload().requires_grad_(True)
 
     if tokenizer is None:
         if tok_source is None:
