@@ -149,3 +149,23 @@ def test_a_peft_config_beside_a_peft_model_is_one_line(tiny_model_dir, tmp_path)
         vf.RLTrainer(model, make_env(), make_config(tmp_path),
                      peft_config=LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
     assert str(err.value).startswith("peft_config is given but the model already carries a PEFT adapter"), err.value
+
+
+@pytest.mark.integration  # trains in-process
+def test_rlconfigs_resume_from_checkpoint_resumes_train(tiny_model_dir, tmp_path, capsys):
+    """RLConfig(resume_from_checkpoint=True) means what its help and vf-rl say, in a notebook's train() too (it
+    started over, with a warning that told the user to set the very field they had set); train()'s own argument,
+    when given, still wins."""
+    from test_trainer import read_metrics, record_batches
+
+    first = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, max_steps=2))
+    first.train()
+    first.close()
+    second = vf.RLTrainer(str(tiny_model_dir), make_env(),
+                          make_config(tmp_path, max_steps=3, resume_from_checkpoint=True))
+    steps = record_batches(second)
+    second.train()
+    second.close()
+    assert steps == [2] and second.state.global_step == 3
+    assert [r["step"] for r in read_metrics(tmp_path) if "loss/mean" in r] == [1, 2, 3]
+    assert "holds an earlier run" not in capsys.readouterr().out

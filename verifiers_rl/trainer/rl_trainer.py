@@ -121,6 +121,8 @@ class RLTrainer(TrainerHooks, Trainer):
         self.pending_metrics = []  # an earlier train()'s last save time belongs to no step of this one
         checkpoints.clean_staging(self)
         eval_on_start = self.args.eval_on_start
+        if resume_from_checkpoint is None:  # RLConfig's field resumes (transformers' Trainer leaves it to scripts)
+            resume_from_checkpoint = self.args.resume_from_checkpoint
         # True / a step → its path
         resume_from_checkpoint = checkpoints.resolve_resume(self.args.output_dir, resume_from_checkpoint)
         if self.earlier_run and not resume_from_checkpoint:  # as transformers does, but not in silence
