@@ -169,3 +169,13 @@ def test_rlconfigs_resume_from_checkpoint_resumes_train(tiny_model_dir, tmp_path
     assert steps == [2] and second.state.global_step == 3
     assert [r["step"] for r in read_metrics(tmp_path) if "loss/mean" in r] == [1, 2, 3]
     assert "holds an earlier run" not in capsys.readouterr().out
+
+
+def test_save_strategy_best_is_one_line(tmp_path):
+    """transformers' 'best' saves when its own evaluation finds a new best metric; RLTrainer's eval is its own, so
+    'best' saved nothing but the last step (and load_best_model_at_end then loaded nothing), in silence."""
+    with pytest.raises(ValueError) as err:
+        make_config(tmp_path, save_strategy="best", metric_for_best_model="val/env/reward/mean", eval_steps=1,
+                    load_best_model_at_end=True)
+    assert str(err.value).startswith("save_strategy='best' saves when transformers' own evaluation"), err.value
+    assert "\n" not in str(err.value)

@@ -444,6 +444,10 @@ class RLFields(CheckpointSettings, BufferSettings):
         if str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no":
             _fail("eval_strategy",
                   f"eval_strategy={self.eval_strategy!r} must be 'no': RLTrainer runs its own eval; set eval_steps")
+        if str(getattr(self.save_strategy, "value", self.save_strategy)) == "best":  # HF's eval loop picks "best"
+            _fail("save_strategy", "save_strategy='best' saves when transformers' own evaluation finds a new best "
+                  "metric, and RLTrainer's eval (eval_steps) is not that loop: nothing would be saved but the last "
+                  "step; set save_strategy='steps' with save_steps (save_total_limit, save_keep_interval)")
         if self.eval_steps is not None and self.eval_steps <= 0:
             _fail("eval_steps", f"eval_steps={self.eval_steps} must be a positive number of steps or None")
         problem = wandb_problem(self.wandb)
