@@ -191,7 +191,13 @@ def test_validators_raise_one_clear_line(tmp_path, kwargs, match):
 
 @pytest.mark.parametrize("key, value, hint", [("num_generations", 8, "rollouts_per_example"),
                                              ("max_completion_length", 64, "max_tokens"),
-                                             ("loss_type", "dapo", "loss (loss = 'dapo'")])
+                                             ("loss_type", "dapo", "loss (loss = 'dapo'"),
+                                             ("delta", 2.0, "the loss table's delta (loss = {type = 'grpo'"),
+                                             ("vllm_importance_sampling_mode", "token_truncate",
+                                              "the loss table's importance_sampling_mode"),
+                                             ("vespo_k_pos", 2.0, "the loss table's k_pos (loss = {type = 'vespo'"),
+                                             ("num_generations_eval", 4, "eval_rollouts_per_example"),
+                                             ("steps_per_generation", 2, "nothing: each batch of rollouts")])
 def test_a_trl_name_says_what_sets_it_here(tmp_path, key, value, hint):
     with pytest.raises(TypeError) as err:
         make(tmp_path, **{key: value})

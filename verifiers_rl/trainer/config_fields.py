@@ -33,7 +33,21 @@ TRL_NAMES = {
     "use_vllm": "inference_backend = 'vllm' (vllm_server_urls for a running server)",
     "vllm_mode": "inference_backend = 'vllm'; where the server runs is planned (docs/vllm.md)",
     "num_iterations": "nothing: each batch of rollouts is one optimizer step",
+    "steps_per_generation": "nothing: each batch of rollouts is one optimizer step",
     "log_completions": "sample_log_interval", "reward_weights": "the environment rubric's weights",
+    "num_generations_eval": "eval_rollouts_per_example", "vllm_server_base_url": "vllm_server_urls",
+    "vllm_importance_sampling_correction": "the loss table's importance_sampling_mode (loss = {type = 'grpo', "
+                                           "importance_sampling_mode = ...}; 'none': off)",
+    **{name: "nothing: not supported here (docs/training.md#choosing-a-loss)"
+       for name in ("top_entropy_quantile", "off_policy_mask_threshold", "entropy_coef")},
+    # TRL's names of a loss table's keys (trainer/losses/trl_types.py)
+    **{trl: f"the loss table's {key} (loss = {{type = '{loss}', {key} = ...}})" for trl, loss, key in (
+        ("delta", "grpo", "delta"), ("vllm_importance_sampling_mode", "grpo", "importance_sampling_mode"),
+        ("vllm_importance_sampling_cap", "grpo", "importance_sampling_clip_max"),
+        ("vllm_importance_sampling_clip_min", "grpo", "importance_sampling_clip_min"),
+        ("vllm_importance_sampling_clip_max", "grpo", "importance_sampling_clip_max"),
+        ("sapo_temperature_pos", "sapo", "temperature_pos"), ("sapo_temperature_neg", "sapo", "temperature_neg"),
+        *((f"vespo_{k}", "vespo", k) for k in ("k_pos", "k_neg", "lambda_pos", "lambda_neg")))},
 }
 
 
