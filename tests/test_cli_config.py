@@ -151,6 +151,10 @@ def test_env_file_paths_are_relative_to_the_config_file(tmp_path):
      "warmup.max_steps: expected int, got '5'"),
     ({**BASE, "eval": {"before": "yes"}}, "eval.before: expected bool (true/false), got 'yes'"),
     ({**BASE, "tiny_model": {"layers": None}}, "tiny_model.layers: expected int, got None"),
+    # the shape vf-tiny-model refuses is refused here too, before a run builds it (models/tiny.py shape_problem)
+    ({**BASE, "tiny_model": {"layers": 0}}, "tiny_model.layers: layers=0 must be a positive integer"),
+    ({**BASE, "tiny_model": {"heads": 3}}, "tiny_model.heads: hidden=128 must be divisible by heads=3; e.g. heads=2"),
+    ({**BASE, "tiny_model": {"kv_heads": 3}}, "tiny_model.kv_heads: heads=4 must be divisible by kv_heads=3"),
     ({**BASE, "inference": {"backend": "sglang"}}, "inference.backend: 'sglang' is not one of 'auto', 'local', 'vllm'"),
     ({"model": "m"}, "env: required key is missing"),
     ({"model": "m", "env": {}}, "env.id: required key is missing"),
@@ -289,6 +293,19 @@ def test_cli_error_is_one_line_exit_2_no_traceback(tmp_path, capsys):
                        timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == ["error: inference.gpus: expected int or list of int, got 'two'"]
+
+
+def test_a_tiny_model_shape_it_cannot_build_stops_vf_rl_before_anything_launches(tmp_path, capsys):
+    # Before: the dry run passed and the trainer process built the model, then failed with a traceback (ValueError:
+    # hidden_size must be divisible by num_heads; a 0-layer model reached peft's NoMatchingPeftModuleError).
+    cfg = write(tmp_path, "t.toml", f'[tiny_model]\npath = "{tmp_path / "tiny"}"\nheads = 3\n[env]\n'
+                f'id = "reverse-text"\n[trainer.args]\noutput_dir = "{tmp_path / "run"}"\n')
+    with pytest.raises(SystemExit) as e:
+        rl_cli.main(["@", str(cfg)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("error: tiny_model.heads: hidden=128 must be divisible by heads=3; "
+                                       "e.g. heads=2\n")
+    assert not (tmp_path / "tiny").exists() and not (tmp_path / "run").exists()
 
 
 def test_unknown_subcommand(capsys):

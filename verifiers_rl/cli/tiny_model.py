@@ -32,15 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     if out.is_dir() and any(out.iterdir()) and not args.force:
         print(f"vf-tiny-model: {out} is not empty; pass --force to write into it anyway.", file=sys.stderr)
         return 2
-    for name in ("layers", "hidden", "heads", "kv_heads", "intermediate", "max_positions"):
-        if getattr(args, name) < 1:
-            print(f"vf-tiny-model: --{name.replace('_', '-')} must be a positive integer.", file=sys.stderr)
-            return 2
-    if args.hidden % args.heads or args.heads % args.kv_heads:
-        print("vf-tiny-model: --hidden must be divisible by --heads, and --heads by --kv-heads.", file=sys.stderr)
-        return 2
+    from verifiers_rl.models.tiny import build_tiny_model, shape_problem
 
-    from verifiers_rl.models.tiny import build_tiny_model
+    problem = shape_problem(args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate,
+                            args.max_positions)
+    if problem:
+        print(f"vf-tiny-model: --{problem[0].replace('_', '-')}: {problem[1]}.", file=sys.stderr)
+        return 2
 
     path = build_tiny_model(out, num_layers=args.layers, hidden_size=args.hidden, num_heads=args.heads,
                             num_kv_heads=args.kv_heads, intermediate_size=args.intermediate,

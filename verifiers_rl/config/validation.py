@@ -7,6 +7,7 @@ from typing import Any
 
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import TEACHER_ARGS, RunConfig, close_match
+from verifiers_rl.models.tiny import shape_problem
 from verifiers_rl.plan.gpus import gpu_ids
 
 
@@ -25,6 +26,10 @@ def cross_checks(cfg: RunConfig) -> None:
     if tu is not None and inf.urls and (tu if isinstance(tu, list) else [tu]) != inf.urls:
         raise ConfigError("trainer.args.vllm_server_urls: conflicts with inference.urls; set only inference.urls")
     _check_mode(cfg)
+    tm = cfg.tiny_model
+    problem = tm and shape_problem(tm.layers, tm.hidden, tm.heads, tm.kv_heads, tm.intermediate)
+    if problem:
+        raise ConfigError(f"tiny_model.{problem[0]}: {problem[1]}")
     if cfg.warmup is not None and "{answer}" not in cfg.warmup.completion_format:
         raise ConfigError(f"warmup.completion_format: {cfg.warmup.completion_format!r} must contain {{answer}}")
     ev = cfg.eval

@@ -87,6 +87,24 @@ def build_tokenizer(max_length: int = 4096):
     )
 
 
+def shape_problem(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int = 1,
+                  max_positions: int = 1) -> tuple[str, str] | None:
+    """What is wrong with a tiny model's shape, as (the setting's name, the line saying it), or None. vf-tiny-model
+    (--NAME), vf-rl's [tiny_model] (tiny_model.NAME) and build_tiny_model check it with this one rule."""
+    sizes = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "intermediate": intermediate,
+             "max_positions": max_positions}
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return name, f"{name}={value!r} must be a positive integer"
+    if hidden % heads:
+        fits = [h for h in range(min(heads, hidden), 0, -1) if hidden % h == 0 and h % kv_heads == 0]
+        hint = f"; e.g. heads={fits[0]}" if fits else ""
+        return "heads", f"hidden={hidden} must be divisible by heads={heads}{hint}"
+    if heads % kv_heads:
+        return "kv_heads", f"heads={heads} must be divisible by kv_heads={kv_heads}"
+    return None
+
+
 def build_tiny_model(
     out_dir: str | Path,
     *,
@@ -103,10 +121,10 @@ def build_tiny_model(
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    if hidden_size % num_heads:
-        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads})")
+    problem = shape_problem(num_layers, hidden_size, num_heads, num_kv_heads, intermediate_size,
+                            max_position_embeddings)
+    if problem:
+        raise ValueError(problem[1])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(max_position_embeddings)
