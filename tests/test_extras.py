@@ -74,6 +74,34 @@ def test_vf_sft_bad_key_is_one_line(tmp_path):
         "error: trainer.max_stepz: unknown key (did you mean trainer.max_steps?)"
 
 
+@pytest.mark.parametrize("edit, expected", [
+    ({"data": "missing.jsonl"}, "error: data.path: no file 'missing.jsonl' (relative paths are from the current "
+                                "directory, "),
+    ({"val": "held_out.csv"}, "error: val.path: no file 'held_out.csv' "),
+    ({"report_to": "tensorbord"}, "error: trainer.report_to: 'tensorbord' is not an integration transformers "
+                                  "reports to (did you mean 'tensorboard'?)"),
+])
+def test_vf_sft_refuses_a_missing_data_file_and_an_unknown_report_to_in_one_line(edit, expected, tiny_model_dir,
+                                                                                  tmp_path, monkeypatch, capsys):
+    # Before: datasets' FileNotFoundError and transformers' "tensorbord is not supported" ended vf-sft with a
+    # traceback (the latter after the model had loaded).
+    from verifiers_rl.cli.sft import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "ab"}],
+                                                     "completion": [{"role": "assistant", "content": "ba"}]}) + "\n")
+    val = f'[val]\npath = "{edit["val"]}"\n' if "val" in edit else ""
+    cfg = tmp_path / "sft.toml"
+    cfg.write_text(f'model = "{tiny_model_dir}"\n[data]\npath = "{edit.get("data", "rows.jsonl")}"\n{val}'
+                   f'[trainer]\noutput_dir = "out"\nmax_steps = 1\nreport_to = "{edit.get("report_to", "none")}"\n')
+    with pytest.raises(SystemExit) as e:
+        main(["@", str(cfg)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(expected), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_env_ratios_3_to_1_give_batches_in_that_proportion():
     order = DataOrder([range(0, 100), range(100, 200)], [3, 1], seed=0)
     for groups_per_step in (4, 6, 8):

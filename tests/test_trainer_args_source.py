@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import subprocess
 import sys
 import typing
@@ -139,3 +140,45 @@ def test_a_transformers_check_still_ends_the_run_in_one_line_before_the_trainer_
     assert len(errors) == 1 and errors[0].startswith("error: trainer.args: --load_best_model_at_end requires"), out
     assert not (tmp_path / "tiny").exists()  # the trainer stopped at its config: no model built
     assert "vf-rl imported: []" in r.stdout, out[-3000:]
+
+
+def test_report_to_names_read_from_its_source_are_the_integrations_transformers_has():
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    from verifiers_rl.config.hf_fields import reporting_integrations
+
+    assert reporting_integrations() == tuple(INTEGRATION_TO_CALLBACK)
+
+
+def _missing_integration() -> str:
+    """An integration whose package this venv lacks (tensorboard here), for the refusal below."""
+    import importlib.util
+
+    from verifiers_rl.config.hf_fields import _INTEGRATION_MODULES
+
+    missing = [n for n, mods in _INTEGRATION_MODULES.items() if all(importlib.util.find_spec(m) is None for m in mods)]
+    if not missing:
+        pytest.skip("every reporting integration's package is installed here")
+    return missing[0]
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("wandbb", "error: trainer.args.report_to: 'wandbb' is not an integration transformers reports to (did you mean "
+               "'wandb'?); one of 'none', 'all', "),
+    (None, "error: trainer.args.report_to: '{name}' needs the "),
+])
+def test_report_to_that_transformers_trainer_refuses_stops_vf_rl_before_anything_launches(value, expected, tmp_path,
+                                                                                          capsys):
+    # Before: --dry-run passed, and the trainer process built the tiny model and the environment, then transformers'
+    # Trainer raised (ValueError: ... is not supported; RuntimeError: TensorBoardCallback requires tensorboard)
+    # with a traceback.
+    from verifiers_rl.cli import rl as rl_cli
+
+    name = value or _missing_integration()
+    with pytest.raises(SystemExit) as e:
+        rl_cli.main(["@", str(QUICKSTART), "--tiny_model.path", str(tmp_path / "tiny"), "--no-warmup", "--no-eval",
+                     "--trainer.args.report-to", json.dumps([name]), "--output-dir", str(tmp_path / "rl")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(expected.format(name=name)), err
+    assert not (tmp_path / "tiny").exists() and not (tmp_path / "rl").exists()

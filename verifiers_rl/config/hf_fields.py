@@ -175,3 +175,47 @@ def training_args_fields() -> tuple[SourceField, ...] | None:
     except Exception:  # an annotation or a class this reader does not follow: read the class by importing it
         return None
     return tuple(out) if len(out) >= 20 else None
+
+
+# The module an integration's callback needs (transformers' is_<name>_available: its callback raises without it).
+_INTEGRATION_MODULES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "mlflow": ("mlflow",),
+                        "comet_ml": ("comet_ml",), "clearml": ("clearml",), "dvclive": ("dvclive",),
+                        "swanlab": ("swanlab",), "trackio": ("trackio",), "codecarbon": ("codecarbon",),
+                        "neptune": ("neptune",), "azure_ml": ("azureml",), "flyte": ("flytekit",),
+                        "dagshub": ("dagshub",)}
+
+
+@functools.lru_cache(maxsize=1)
+def reporting_integrations() -> tuple[str, ...] | None:
+    """The names `report_to` takes (transformers' INTEGRATION_TO_CALLBACK keys, read from its source); None when
+    that source does not read as expected (nothing is checked then)."""
+    package = _package_dir()
+    tree = _tree(package / "integrations" / "integration_utils.py") if package is not None else None
+    for node in tree.body if tree is not None else ():
+        if (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["INTEGRATION_TO_CALLBACK"]
+                and isinstance(node.value, ast.Dict)):
+            names = [_str_value(k) for k in node.value.keys]
+            return tuple(n for n in names if n) or None
+    return None
+
+
+def report_to_problem(report_to: Any) -> str | None:
+    """What transformers' Trainer would refuse in `report_to` at its construction, after the model and the data have
+    loaded (an unknown integration, one whose package is not installed), as a line; None when it is fine."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    known = reporting_integrations()
+    for name in names:
+        if name in ("none", "all"):
+            continue
+        if known is not None and name not in known:
+            import difflib
+
+            close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"{name!r} is not an integration transformers reports to{hint}; one of 'none', 'all', " + \
+                ", ".join(repr(k) for k in known)
+        modules = _INTEGRATION_MODULES.get(name, ())
+        if modules and not any(importlib.util.find_spec(m) is not None for m in modules):
+            return (f"{name!r} needs the {modules[0]} package, which is not installed here: pip install "
+                    f"{modules[0]}, or drop {name!r} from report_to")
+    return None

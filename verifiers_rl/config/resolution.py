@@ -246,6 +246,17 @@ def _check_world(cfg: RunConfig, args: Any) -> None:
         raise ConfigError(f"trainer.args.{problem}")
 
 
+def _check_report_to(args: Any) -> None:
+    """report_to names integrations transformers has, whose packages are installed: its Trainer refuses the others
+    only once the model and the data have loaded, with a traceback."""
+    from verifiers_rl.config.hf_fields import report_to_problem
+
+    problem = report_to_problem(args.report_to)
+    if problem:  # W&B turned on by a wandb table (--wandb, a hosted [wandb]) is named by that table
+        key = "wandb" if args.wandb is not None and problem.startswith("'wandb' needs") else "report_to"
+        raise ConfigError(f"trainer.args.{key}: {problem}")
+
+
 def _check_resume(args: Any) -> None:
     """resume_from_checkpoint (True / a step / a path) names a complete checkpoint, before anything launches."""
     from verifiers_rl.trainer.checkpoints import resolve_resume
@@ -283,6 +294,7 @@ def resolve_run(raw: dict[str, Any], options: dict[str, Any] | None = None, *, c
         kwargs = rl_config_kwargs(cfg, options.get("output_dir"))
         args = build_rl_config(kwargs, preview=preview)
         _check_world(cfg, args)
+        _check_report_to(args)
         _check_resume(args)
         if check_environments:
             check_envs(cfg)

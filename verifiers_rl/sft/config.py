@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -95,9 +97,27 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
 
         raw = translate(raw)
     try:
-        return SFTRunConfig.model_validate(raw)
+        cfg = SFTRunConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(one_line(e, SFTRunConfig)) from None
+    from verifiers_rl.config.hf_fields import report_to_problem
+
+    problem = report_to_problem(cfg.trainer.report_to)
+    if problem:
+        raise ConfigError(f"trainer.report_to: {problem}")
+    for key, path in (("data.path", cfg.data.path), ("val.path", cfg.val and cfg.val.path)):
+        if _local_file(path) and not Path(path).is_file():
+            raise ConfigError(f"{key}: no file {path!r} (relative paths are from the current directory, "
+                              f"{os.getcwd()}); give the path of a .jsonl/.json/.parquet/.csv file")
+    return cfg
+
+
+_FILE_KINDS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def _local_file(path: str | None) -> bool:
+    """A path `load_rows` reads as one local file (not a hub id, a URL or a glob, which `datasets` resolves)."""
+    return bool(path) and path.endswith(tuple(_FILE_KINDS)) and "://" not in path and not any(c in path for c in "*?[")
 
 
 def load_rows(data: DataSection) -> list[dict[str, Any]]:
@@ -114,8 +134,7 @@ def load_rows(data: DataSection) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
     path = data.path or ""
-    kinds = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-    kind = next((v for k, v in kinds.items() if path.endswith(k)), None)
+    kind = next((v for k, v in _FILE_KINDS.items() if path.endswith(k)), None)
     if kind:
         ds = load_dataset(kind, data_files=path, split="train")
     else:
