@@ -95,6 +95,22 @@ def test_out_of_range_flags_are_one_line_before_loading_anything(flags, line):
     assert r.returncode == 2 and r.stderr.strip() == f"error: {line}", r.stderr[-2000:]
 
 
+def test_an_output_that_cannot_be_written_is_one_line_before_the_rollouts(tiny_model_dir, tmp_path, monkeypatch,
+                                                                          capsys):
+    # verifiers' vf-eval takes -o as an output directory; ours writes one .jsonl file. Before: a directory there ran
+    # every rollout, then ended in IsADirectoryError's traceback and the results were lost.
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "a-file").write_text("")
+    for out, line in [(tmp_path / "evals", f"{tmp_path / 'evals'} is a directory; give the .jsonl file to write, "
+                                           f"e.g. {tmp_path / 'evals' / 'results.jsonl'}"),
+                      (tmp_path / "a-file" / "r.jsonl", f"{tmp_path / 'a-file'} is a file, not a directory")]:
+        code, stderr = vf_eval_here(monkeypatch, capsys, "reverse-text", "-m", tiny_model_dir, "-n", 2, "-r", 2,
+                                    "-o", out)
+        assert code == 2 and stderr.startswith(f"error: -o/--output: {line}"), stderr[-2000:]
+        assert stderr.count("\n") == 1 and "rollouts" not in stderr  # nothing was evaluated
+    assert list((tmp_path / "evals").iterdir()) == []
+
+
 def test_environment_code_failing_to_load_is_one_line(tiny_model_dir, tmp_path):
     """A missing dependency of the environment, and its own load_environment() raising (e.g. a download that
     fails offline), each end in one line naming the environment and what to do."""

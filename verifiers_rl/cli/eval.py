@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 from verifiers_rl.cli.common import fail, note_offline_hub, program_name, quiet_library_bars, take_debug_flag
 
@@ -55,6 +56,12 @@ def _check_ranges(args: argparse.Namespace) -> None:
                              ("-t/--max-tokens", args.max_tokens, 1), ("-T/--temperature", args.temperature, 0)):
         if value is not None and value < low:
             fail(f"{flag} must be >= {low} (got {value})")
+    out = Path(args.output) if args.output else None
+    if out is not None and out.is_dir():  # verifiers' -o is a directory: found now, not after the rollouts
+        fail(f"-o/--output: {args.output} is a directory; give the .jsonl file to write, e.g. {out / 'results.jsonl'}")
+    parent = next((p for p in (out.parents if out is not None else ()) if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        fail(f"-o/--output: {parent} is a file, not a directory; give another path for {args.output}")
 
 
 def main(argv: list[str] | None = None) -> int:
