@@ -67,6 +67,24 @@ def test_vf_rl_run_takes_a_config_without_at(tmp_path, capsys):
     assert "resolved config written to" in capsys.readouterr().out
 
 
+def test_a_switch_before_e_or_a_config_file_takes_no_value(tmp_path, monkeypatch, capsys):
+    # Before: `--dry-run -e VAR=1` made "-e" dry_run's value (error: unexpected argument 'VAR=1'), `--wandb -e ...`
+    # W&B's, and `vf-rl run --detach c.toml` read detach = "c.toml" (error: no config file).
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(BASE_TOML)
+    monkeypatch.delenv("VF_SWITCH_X", raising=False)
+    _, raw, opts = parse_args(["@", str(cfg), "--dry-run", "-e", "VF_SWITCH_X=1", "--wandb", "-e", "WANDB_MODE=off",
+                               "--trainer.args.use-lora", "--wandb-api-key", "k"])
+    assert opts["dry_run"] is True and opts["env_vars"] == ["VF_SWITCH_X=1", "WANDB_MODE=off", "WANDB_API_KEY=k"]
+    assert raw["wandb"] is True and raw["trainer"]["args"]["use_lora"] is True
+    files, _, opts = parse_args(["--detach", str(cfg), "--dry-run", "false", "--clean-output-dir", "true"])
+    assert files == [cfg] and opts == {**opts, "detach": True, "dry_run": False, "clean_output_dir": True}
+    _, raw, _ = parse_args(["@", str(cfg), "--trainer.args.temperature", "-1"])  # a negative value is still one
+    assert raw["trainer"]["args"]["temperature"] == -1
+    assert rl_cli.main(["run", "--dry-run", str(cfg), "-e", "VF_SWITCH_X=1", "--output-dir", str(tmp_path / "o")]) == 0
+    assert "resolved config written to" in capsys.readouterr().out
+
+
 def test_a_renamed_key_warns_once_and_takes_the_new_name(tmp_path, capsys):
     (tmp_path / "c.toml").write_text(BASE_TOML + "no_cuda = true\n")
     run = run_of(tmp_path, "@", str(tmp_path / "c.toml"))

@@ -181,6 +181,18 @@ def _file_or_env_option(argv: list[str], i: int, files: list[Any], options: dict
     return 0
 
 
+# Run options that are switches: `vf-rl run --detach config.toml` reads config.toml, not detach = "config.toml".
+SWITCH_OPTIONS = ("dry-run", "detach", "allow-cpu", "clean-output-dir")
+
+
+def _takes_value(key: str, nxt: str) -> bool:
+    """Whether `--key` takes the argument after it as its value: not another option (`--x`, `-e VAR`, a file after
+    `@`), and after a switch only true / false."""
+    if nxt.startswith(("--", "@")) or nxt in ENV_OPTIONS:
+        return False
+    return key not in SWITCH_OPTIONS or nxt.lower() in ("true", "false")
+
+
 def split_argv(argv: list[str]) -> tuple[list[Any], list[tuple[str, Any]], dict[str, Any]]:
     """argv → (config files after `@` (Path, or ScopedFile for `--section @ file`), ordered key overrides, run
     options such as dry_run / output_dir / env_vars)."""
@@ -202,7 +214,7 @@ def split_argv(argv: list[str]) -> tuple[list[Any], list[tuple[str, Any]], dict[
         if "=" in key:
             key, raw = key.split("=", 1)
             value = parse_value(raw)
-        elif i + 1 < len(argv) and not argv[i + 1].startswith(("--", "@")):
+        elif i + 1 < len(argv) and _takes_value(key, argv[i + 1]):
             value = parse_value(argv[i + 1])
             i += 1
         elif key.startswith("no-") or ".no-" in key:
