@@ -77,6 +77,14 @@ def test_a_v1_eval_config_is_its_env_block_with_the_v1_api(tmp_path):
 @pytest.mark.parametrize("text, line", [
     (CLASSIC.replace('id = "math-python"', 'id = "math-python"\nextra_env_kwargs = {max_turns = 3}'),
      "eval.1.extra_env_kwargs: not supported by vf-eval"),
+    # before: a misspelt key read "not supported by vf-eval", and a value of the wrong type passed here and ended the
+    # evaluation in a TypeError traceback ('>' not supported between instances of 'str' and 'int')
+    (CLASSIC.replace("name = ", "num_exampels = 5\nname = "), "eval.1.num_exampels: unknown key (did you mean "
+                                                             "eval.1.num_examples?)"),
+    (CLASSIC.replace("num_examples = 20", 'num_examples = "20"'), "num_examples: expected int, got '20'"),
+    (CLASSIC.replace("max_tokens = 1024", "max_tokens = 1e3"), "max_tokens: expected int, got 1000.0"),
+    (CLASSIC.replace('env_id = "primeintellect/reverse-text"', 'env_id = "r"\nargs = [1]'),
+     "eval.0.args: expected table or str, got [1]"),
     ("model = 'm'\n", 'eval: no [[eval]] table (one per environment: id = "..."), and no v1 [env] block'),
     ("[[eval]]\nname = 'x'\n", "eval.0.id: required (the environment to evaluate)"),
     ("[env.agent]\nmax_turns = 2\n", "env.taskset.id: required (the taskset to evaluate)"),

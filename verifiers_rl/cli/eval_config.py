@@ -18,6 +18,10 @@ CLASSIC = {"id": "env_id", "env_id": "env_id", "args": "env_args", "env_args": "
 V1 = {"model": "model", "num_tasks": "num_examples", "num_rollouts": "rollouts_per_example",
       "max_concurrent": "max_concurrent", "sampling": "sampling_args"}
 CLIENT = {"base_url": "base_url", "api_key_var": "api_key_var"}
+# vf-eval's argument → the type a config file gives it (its flags' types; a table or its JSON string)
+ARG_TYPES: dict[str, Any] = {"num_examples": int, "rollouts_per_example": int, "max_tokens": int, "temperature": float,
+                             "max_concurrent": int, "seed": int, "env_args": dict | str, "sampling_args": dict | str,
+                             "env_id": str, "name": str, "model": str, "base_url": str, "api_key_var": str}
 IGNORED = ("shuffle", "verbose", "rich", "push", "output_dir", "run", "serve", "dry_run", "clean", "save_results",
            "endpoints_path")
 
@@ -37,12 +41,24 @@ def config_path(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _take(table: dict[str, Any], keys: dict[str, str], where: str) -> dict[str, Any]:
+    """The table's keys as vf-eval's arguments: a misspelt key, one vf-eval cannot honour and a value of the wrong
+    type are one line naming the key."""
+    import difflib
+
+    from verifiers_rl.value_check import type_error
+
     out = {}
     for key, value in table.items():
         if key in keys:
+            bad = type_error(value, ARG_TYPES[keys[key]])
+            if bad:
+                raise EvalConfigError(f"{where}{key}: {bad}")
             out[keys[key]] = value
         elif key not in IGNORED:
-            raise EvalConfigError(f"{where}{key}: not supported by vf-eval")
+            # a misspelling is near one of vf-eval's keys; verifiers' own keys it cannot honour (extra_env_kwargs) are not
+            close = difflib.get_close_matches(key, list(keys), n=1, cutoff=0.8)
+            raise EvalConfigError(f"{where}{key}: unknown key (did you mean {where}{close[0]}?)" if close
+                                  else f"{where}{key}: not supported by vf-eval")
     return out
 
 
