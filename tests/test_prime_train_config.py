@@ -225,6 +225,23 @@ def test_what_the_local_trainer_cannot_run_is_one_line_naming_the_prime_rl_key(e
     assert str(e.value).startswith(expected) and "\n" not in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("override, expected", [
+    ("--max-step", "max_step: unknown key (did you mean max_steps?)"),
+    ("--orchestrator.group-siz", "orchestrator.group_siz: unknown key (did you mean orchestrator.group_size?)"),
+    ("--orchestrator.train.sampling.temprature",
+     "orchestrator.train.sampling.temprature: unknown key (did you mean orchestrator.train.sampling.temperature?)"),
+    ("--trainer.optim.lrr", "trainer.optim.lrr: unknown key (did you mean trainer.optim.lr?)"),
+    ("--trainer.optim.foo", "trainer.optim.foo: not supported yet by the local trainer"),  # no such key: as before
+])
+def test_a_misspelt_prime_rl_key_is_named_as_one_not_as_unsupported(override, expected, tmp_path):
+    # Before: every key the translation did not read was "not supported yet by the local trainer", a typo too, so a
+    # user would drop a setting the local trainer does run.
+    raw, opts = load(tmp_path, ONE_SEAT, override, "3")
+    with pytest.raises(ConfigError) as e:
+        resolve_run(raw, opts, check_environments=False)
+    assert str(e.value) == expected
+
+
 def test_a_later_error_names_the_key_the_user_wrote(tmp_path):
     raw, opts = load(tmp_path, ONE_SEAT, "--orchestrator.batch-size", "60")
     with pytest.raises(ConfigError) as e:

@@ -13,7 +13,7 @@ from typing import Any
 
 from verifiers_rl.config.loading import ConfigError, pop_path
 from verifiers_rl.config.prime_train_table import (ALGO_MODES, DEFAULT_MICRO_BATCH, DEPRECATED, IGNORED,
-                                                   PRIME_RL_DEFAULTS)
+                                                   PRIME_RL_DEFAULTS, RULES)
 
 
 def _warn(message: str) -> None:
@@ -25,8 +25,10 @@ class _Reader:
 
     def __init__(self, raw: dict[str, Any]) -> None:
         self.raw = copy.deepcopy(raw)
+        self.asked: list[str] = []  # every key read, there or not: what a misspelt key is compared with
 
     def take(self, path: str, default: Any = None) -> Any:
+        self.asked.append(path)
         found, value = pop_path(self.raw, path)
         return value if found else default
 
@@ -51,11 +53,35 @@ def _ignored(path: str) -> bool:
                for pat in (pattern.split(".") for pattern in IGNORED))
 
 
+def _known_keys() -> list[str]:
+    """The prime-rl keys the table translates (`trainer.optim.betas1 / betas2` is two), list indices as N."""
+    out = []
+    for rule in RULES:
+        first, *more = rule.key.strip("[]").split(" / ")
+        out += [first, *(f"{first.rpartition('.')[0]}.{m}".lstrip(".") for m in more)]
+    return out
+
+
+def _unsupported(path: str, known: list[str] = ()) -> ConfigError:
+    """A key this translation does not read: a misspelling of a key it reads (same table, a close name) says so,
+    anything else is not supported yet."""
+    import difflib
+    import re
+
+    parent, _, name = re.sub(r"\.\d+(?=\.|$)", ".N", path).rpartition(".")
+    siblings = [k.rpartition(".")[2] for k in [*_known_keys(), *known] if k.rpartition(".")[0] == parent]
+    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.8)
+    if close and close[0] != name:
+        prefix = path.rpartition(".")[0]
+        return ConfigError(f"{path}: unknown key (did you mean {prefix + '.' if prefix else ''}{close[0]}?)")
+    return ConfigError(f"{path}: not supported yet by the local trainer")
+
+
 def _rest(where: str, table: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
     """An error naming the first key of `table` this translation does not read (outside `allowed`)."""
     left = [k for k in table if k not in allowed]
     if left:
-        raise ConfigError(f"{where}.{left[0]}: not supported yet by the local trainer")
+        raise _unsupported(f"{where}.{left[0]}", [f"{where}.{a}" for a in allowed])
 
 
 class Translation:
@@ -405,7 +431,7 @@ def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     _logging(r, o)
     for leaf in _leaves(r.raw, ""):
         if not _ignored(leaf):
-            raise ConfigError(f"{leaf}: not supported yet by the local trainer")
+            raise _unsupported(leaf, r.asked)
         o.ignored.append(leaf)
     if o.ignored:
         names = sorted({".".join(x.split(".")[:2]) for x in o.ignored})
