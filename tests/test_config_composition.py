@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,32 @@ def test_wandb_on_without_a_key_is_one_line_before_launch(tiny_model_dir, tmp_pa
     run = run_of(tmp_path, "@", str(cfg), "--wandb.project", "p")
     monkeypatch.setenv("WANDB_MODE", "offline")
     _check_wandb(run)  # passes: nothing raised
+
+
+def test_the_configs_verifiers_runtime_is_the_one_vf_rls_environment_check_uses(tmp_path, monkeypatch, capsys):
+    # Before: vf-rl's own check loaded the environment under $VF_VERIFIERS_RUNTIME only, so verifiers_runtime = "real"
+    # without the real package passed --dry-run, and a run wrote its dir and started the trainer, which refused it.
+    from verifiers_rl.verifiers_runtime import SETTING, RuntimeSettingError, resolve_runtime
+
+    monkeypatch.delenv(SETTING, raising=False)
+    # an environment of its own: the runtime is decided where a process first imports an environment's module
+    env_dir = tmp_path / "runtime_probe_env"
+    env_dir.mkdir()
+    (env_dir / "runtime_probe_env.py").write_text("def load_environment(**kwargs):\n    raise NotImplementedError\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(BASE_TOML.replace('id = "reverse-text"', f'id = "runtime_probe_env"\npath = "{env_dir}"'))
+    try:
+        resolve_runtime("real")
+        return  # the real package is installed here: "real" is a valid choice (tests/test_verifiers_runtime.py)
+    except RuntimeSettingError:
+        pass
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as e:
+        rl_cli.main(["@", str(cfg), "--verifiers-runtime", "real", "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and not out.exists(), err[-2000:]
+    assert err.count("\n") == 1 and "VF_VERIFIERS_RUNTIME=real but the real verifiers package is not installed" in err
+    assert SETTING not in os.environ  # the check left the process environment as it found it
+    monkeypatch.setenv(SETTING, "real")  # the config's choice wins over the variable, as in the trainer
+    assert rl_cli.main(["@", str(cfg), "--verifiers-runtime", "ours", "--dry-run", "--output-dir", str(out)]) == 0
+    assert os.environ[SETTING] == "real"

@@ -172,6 +172,25 @@ def check_env(key: str, env_id: str, env_args: dict[str, Any], api: str = "auto"
 
 
 def check_envs(cfg: RunConfig) -> None:
+    """Each environment loads as the trainer will load it: with the config's verifiers_runtime, which the launch
+    puts into the process environment (launching/prepare.py apply_process_settings), in force here too."""
+    import os
+
+    from verifiers_rl.verifiers_runtime import SETTING
+
+    before = os.environ.get(SETTING)
+    if cfg.verifiers_runtime:
+        os.environ[SETTING] = cfg.verifiers_runtime
+    try:
+        _check_envs(cfg)
+    finally:
+        if before is None:
+            os.environ.pop(SETTING, None)
+        else:
+            os.environ[SETTING] = before
+
+
+def _check_envs(cfg: RunConfig) -> None:
     keys = ["env" if not isinstance(cfg.env, list) else f"env.{i}" for i in range(len(cfg.envs))]
     apis = [check_env(key, e.id, e.args, e.api, e.path) for key, e in zip(keys, cfg.envs)]
     if len(set(apis)) > 1:  # several [[env]] train as one group: envs.EnvGroup (classic) or v1.V1EnvGroup
