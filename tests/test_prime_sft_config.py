@@ -52,7 +52,9 @@ def load(tmp_path, text: str, *override: str) -> dict:
     return parse_args(["@", str(path), *override])[1]
 
 
-def test_prime_rls_sft_config_translates_with_its_defaults(tmp_path, capsys):
+def test_prime_rls_sft_config_translates_with_its_defaults(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # vf-sft checks that a local data file exists, relative to here
+    (tmp_path / "v.jsonl").write_text('{"prompt": "p", "completion": "c"}\n')
     cfg = validate_sft_config(load(tmp_path, PRIME_SFT, "--trainer.output-dir", "o"))
     assert cfg.model == "PrimeIntellect/Qwen3-0.6B"
     assert (cfg.data.path, cfg.data.split) == ("willcb/R1-reverse-wikipedia-paragraphs-v1-1000", "train")
