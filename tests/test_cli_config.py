@@ -872,6 +872,24 @@ def test_hosted_dry_run_keeps_secrets_out(tmp_path, capsys):
     assert not any("s3cr3t" in p.read_text() for p in tmp_path.rglob("*.toml"))
 
 
+def test_a_dry_run_into_an_earlier_runs_dir_keeps_that_runs_record(tmp_path, capsys):
+    """configs/rl.toml records what a run ran; a dry run pointed at its dir (finished, or running) writes beside it."""
+    out = tmp_path / "run"
+    (out / "configs").mkdir(parents=True)
+    (out / "configs" / "rl.toml").write_text("# what the earlier run ran\n")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    config = REPO / "configs" / "vf-rl" / "quickstart.toml"
+    assert rl_cli.main(["@", str(config), "--dry-run", "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (out / "configs" / "rl.toml").read_text() == "# what the earlier run ran\n"
+    beside = out / "configs" / "rl.dry-run.toml"
+    assert f"resolved config written to {beside}" in printed and "an earlier run (metrics.jsonl)" in printed
+    assert tomllib.loads(beside.read_text())["trainer"]["args"]["output_dir"] == str(out)
+    fresh = tmp_path / "fresh"  # a dir with no run in it: rl.toml, as before
+    assert rl_cli.main(["@", str(config), "--dry-run", "--output-dir", str(fresh)]) == 0
+    assert (fresh / "configs" / "rl.toml").exists() and not (fresh / "configs" / "rl.dry-run.toml").exists()
+
+
 # --- --dry-run of every shipped config and its round trip ------------------------------------------------------------
 
 

@@ -114,6 +114,18 @@ def _one_run(argv: list[str], flags: dict[str, bool], usage: str) -> tuple[str, 
     return pos[0], opts
 
 
+def _earlier_run(output_dir: str) -> str | None:
+    """'a running run' / 'an earlier run (metrics.jsonl)' when output_dir holds one, whose configs/rl.toml a dry run
+    must not overwrite; else None."""
+    from verifiers_rl.runs import is_running, read_run
+    from verifiers_rl.trainer.checkpoints import used_by
+
+    if is_running(read_run(output_dir)):
+        return "a running run"
+    used = used_by(output_dir)
+    return f"an earlier run ({used})" if used else None
+
+
 def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
     from verifiers_rl.config.loading import ConfigError, apply_env_vars, redact_argv, split_argv
 
@@ -135,9 +147,14 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         resolved, options = load_run(argv, preview=True)  # transformers' own checks: in the trainer
         options["argv"] = redact_argv(argv)  # run.json records the command, never a secret's value
         if options.get("dry_run"):
-            path = write_resolved(resolved, Path(resolved.output_dir) / "configs")
+            earlier = _earlier_run(resolved.output_dir)
+            path = write_resolved(resolved, Path(resolved.output_dir) / "configs",
+                                  name="rl.dry-run.toml" if earlier else "rl.toml")
             kind = " (hosted format, translated)" if resolved.hosted else ""
             print(f"resolved config{kind} written to {path}")
+            if earlier:
+                print(f"{resolved.output_dir} holds {earlier}: its configs/rl.toml, the record of what it ran, is "
+                      "kept")
             if options.get("gpus") is not None:
                 from verifiers_rl.launching.preview import preview_lines
 

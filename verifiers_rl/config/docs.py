@@ -107,8 +107,9 @@ transformers' own checks refuse (`load_best_model_at_end`, which needs transform
 ## `--dry-run`
 
 Resolves everything (every section's defaults and every `RLConfig` field's resolved value, secrets excluded)
-without touching GPUs or loading models, writes it to `<output_dir>/configs/rl.toml`, prints the path and exits 0.
-The file is a valid config: `vf-rl @ <output_dir>/configs/rl.toml` runs the same thing. Fields resolved from the
+without touching GPUs or loading models, writes it to `<output_dir>/configs/rl.toml`, prints the path and exits 0
+(to `rl.dry-run.toml` beside it when the dir holds an earlier or running run: its `rl.toml` records what that run
+ran). The file is a valid config: `vf-rl @ <output_dir>/configs/rl.toml` runs the same thing. Fields resolved from the
 hardware at launch (`use_cpu`, `dataloader_pin_memory`, `bf16`) and those `[inference]` sets (`inference_backend`,
 `vllm_server_urls`) are written as given (or their defaults), and so are transformers' fields (the trainer resolves
 them; `optim`, whose default depends on the torch version, only when set).
