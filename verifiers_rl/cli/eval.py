@@ -56,10 +56,16 @@ def _check_ranges(args: argparse.Namespace) -> None:
                              ("-t/--max-tokens", args.max_tokens, 1), ("-T/--temperature", args.temperature, 0)):
         if value is not None and value < low:
             fail(f"{flag} must be >= {low} (got {value})")
-    out = Path(args.output) if args.output else None
-    if out is not None and out.is_dir():  # verifiers' -o is a directory: found now, not after the rollouts
+
+
+def _check_output(args: argparse.Namespace) -> None:
+    """-o names a file that can be written: found before the rollouts, not after them."""
+    if not args.output:
+        return
+    out = Path(args.output)
+    if out.is_dir():  # verifiers' -o is a directory
         fail(f"-o/--output: {args.output} is a directory; give the .jsonl file to write, e.g. {out / 'results.jsonl'}")
-    parent = next((p for p in (out.parents if out is not None else ()) if p.exists()), None)
+    parent = next((p for p in out.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         fail(f"-o/--output: {parent} is a file, not a directory; give another path for {args.output}")
 
@@ -87,6 +93,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if not args.env_id or not args.model:
         fail("an environment id (or a config file) and -m/--model are required: vf-eval reverse-text -m MODEL")
     _check_ranges(args)
+    _check_output(args)
     env_args = _json_object(args.env_args, "--env-args", '{"num_train_examples": 100}')
     extra_sampling = _json_object(args.sampling_args, "--sampling-args", '{"min_tokens": 1}')
 

@@ -43,8 +43,6 @@ def config_path(argv: list[str]) -> tuple[str | None, list[str]]:
 def _take(table: dict[str, Any], keys: dict[str, str], where: str) -> dict[str, Any]:
     """The table's keys as vf-eval's arguments: a misspelt key, one vf-eval cannot honour and a value of the wrong
     type are one line naming the key."""
-    import difflib
-
     from verifiers_rl.value_check import type_error
 
     out = {}
@@ -56,8 +54,10 @@ def _take(table: dict[str, Any], keys: dict[str, str], where: str) -> dict[str, 
             out[keys[key]] = value
         elif key not in IGNORED:
             # a misspelling is near one of vf-eval's keys; verifiers' own keys it cannot honour (extra_env_kwargs) are not
-            close = difflib.get_close_matches(key, list(keys), n=1, cutoff=0.8)
-            raise EvalConfigError(f"{where}{key}: unknown key (did you mean {where}{close[0]}?)" if close
+            from verifiers_rl.config.sections import close_match
+
+            close = close_match(key, list(keys), cutoff=0.8)
+            raise EvalConfigError(f"{where}{key}: unknown key (did you mean {where}{close}?)" if close
                                   else f"{where}{key}: not supported by vf-eval")
     return out
 

@@ -43,10 +43,15 @@ def chat_completion_args(sampling_args: dict[str, Any] | None) -> dict[str, Any]
     return args
 
 
+def _error_text(error: BaseException) -> str:
+    """A server error's body (else its message), lower-cased, to read what it refused."""
+    return str(getattr(getattr(error, "response", None), "text", "") or error).lower()
+
+
 def refuses_token_fields(error: BaseException) -> bool:
     """A server's 400 naming vLLM's `return_token_ids` (a hosted API such as OpenAI's): ask again without the token
     fields, from then on."""
-    return "return_token_ids" in str(getattr(getattr(error, "response", None), "text", "") or error).lower()
+    return "return_token_ids" in _error_text(error)
 
 
 def without_token_fields(args: dict[str, Any]) -> dict[str, Any]:
@@ -137,8 +142,7 @@ class OpenAIChatCompletionsClient(Client):
             if asked_tokens and refuses_token_fields(e):
                 self.want_tokens = False  # a hosted API without vLLM's fields
                 return await self.get_native_response(prompt, model, sampling_args, tools)
-            text = str(getattr(getattr(e, "response", None), "text", "") or e).lower()
-            if any(p in text for p in _CONTEXT_PHRASES):
+            if any(p in _error_text(e) for p in _CONTEXT_PHRASES):
                 raise OverlongPromptError(str(e)) from e
             raise
         except (openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError) as e:

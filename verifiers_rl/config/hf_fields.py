@@ -208,10 +208,10 @@ def report_to_problem(report_to: Any) -> str | None:
         if name in ("none", "all"):
             continue
         if known is not None and name not in known:
-            import difflib
+            from verifiers_rl.config.sections import close_match
 
-            close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = close_match(str(name), list(known))
+            hint = f" (did you mean {close!r}?)" if close else ""
             return f"{name!r} is not an integration transformers reports to{hint}; one of 'none', 'all', " + \
                 ", ".join(repr(k) for k in known)
         modules = _INTEGRATION_MODULES.get(name, ())

@@ -65,15 +65,16 @@ def _known_keys() -> list[str]:
 def _unsupported(path: str, known: list[str] = ()) -> ConfigError:
     """A key this translation does not read: a misspelling of a key it reads (same table, a close name) says so,
     anything else is not supported yet."""
-    import difflib
     import re
+
+    from verifiers_rl.config.sections import close_match
 
     parent, _, name = re.sub(r"\.\d+(?=\.|$)", ".N", path).rpartition(".")
     siblings = [k.rpartition(".")[2] for k in [*_known_keys(), *known] if k.rpartition(".")[0] == parent]
-    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.8)
-    if close and close[0] != name:
+    close = close_match(name, siblings, cutoff=0.8)
+    if close and close != name:
         prefix = path.rpartition(".")[0]
-        return ConfigError(f"{path}: unknown key (did you mean {prefix + '.' if prefix else ''}{close[0]}?)")
+        return ConfigError(f"{path}: unknown key (did you mean {prefix + '.' if prefix else ''}{close}?)")
     return ConfigError(f"{path}: not supported yet by the local trainer")
 
 

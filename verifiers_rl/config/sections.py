@@ -202,8 +202,9 @@ def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], Any,
     return path, ann, siblings
 
 
-def close_match(name: str, candidates: list[str]) -> str | None:
-    m = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+def close_match(name: str, candidates: list[str], cutoff: float = 0.6) -> str | None:
+    """The candidate closest to a misspelt `name` (difflib's ratio >= cutoff), or None."""
+    m = difflib.get_close_matches(name, candidates, n=1, cutoff=cutoff)
     return m[0] if m else None
 
 
