@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return 0 if runs else 1  # a figure of none running is a failed benchmark
 
 
 if __name__ == "__main__":

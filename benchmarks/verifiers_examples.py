@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return 0 if any(r["status"] == "runs" for r in results) else 1  # none running: a failed benchmark
 
 
 if __name__ == "__main__":
