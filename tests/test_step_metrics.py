@@ -90,6 +90,10 @@ def test_a_trainer_step_logs_perf_and_save_time(tiny_model_dir, tmp_path):
         assert r["mismatch_kl/std"] >= 0 and r["mismatch_kl/max"] >= r["mismatch_kl/mean"]
         assert "seq_len/all/mean" in r and r["empty_rollouts/all/mean"] >= 0
     assert "time/save_ckpt" in steps[1] and "time/save_ckpt" not in steps[0]
+    # epoch = passes over the training rows, as HF and TRL log it (not steps / max_steps)
+    from test_trainer import BATCH_SIZE, GROUP, WORDS
+
+    assert [r["epoch"] for r in steps] == pytest.approx([s * BATCH_SIZE / GROUP / len(WORDS) for s in (1, 2)])
 
 
 @pytest.mark.integration  # trains for many seconds in-process

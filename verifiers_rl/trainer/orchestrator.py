@@ -119,6 +119,10 @@ class Orchestrator:
         return Batch(step=step, states=states, policy_version=version, generate_s=time.perf_counter() - t0,
                      metrics=metrics)
 
+    def epochs_done(self, steps: int) -> float:
+        """Passes over the training rows after `steps` steps, the `epoch` HF and TRL log (not steps / max_steps)."""
+        return steps * self.groups_per_step / max(sum(len(r) for r in self.order.env_rows), 1)
+
     def state_dict(self, step: int) -> dict[str, Any]:
         """What resuming at `step` needs beyond the step itself: the buffer as it was before drawing `step`."""
         if self.buffer is None:

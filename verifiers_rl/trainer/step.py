@@ -149,6 +149,7 @@ class StepRunner:
         tr = self.trainer
         t0 = time.perf_counter()
         tr.sync_inference(tr.state.global_step)
+        tr.state.epoch = tr.orchestrator.epochs_done(tr.state.global_step)
         if tr.pending_metrics:
             last = tr.pending_metrics[-1]
             last["time/weight_sync"] = time.perf_counter() - t0
