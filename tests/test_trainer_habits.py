@@ -179,3 +179,17 @@ def test_save_strategy_best_is_one_line(tmp_path):
                     load_best_model_at_end=True)
     assert str(err.value).startswith("save_strategy='best' saves when transformers' own evaluation"), err.value
     assert "\n" not in str(err.value)
+
+
+def test_a_tokenizer_without_a_chat_template_is_one_line_before_training(tiny_model_dir, tmp_path):
+    """As transformers refuses apply_chat_template at once; before, every rollout errored and training stopped after
+    three steps with advice to fix the environment."""
+    from transformers import AutoTokenizer
+
+    from verifiers_rl.errors import ConfigError
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer.chat_template = None
+    with pytest.raises(ConfigError) as err:
+        vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), processing_class=tokenizer)
+    assert "tokenizer has no chat template" in str(err.value) and "\n" not in str(err.value)

@@ -111,6 +111,19 @@ def normalize_tools(tools) -> list[dict] | None:
     return [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
 
 
+def template_problem(tokenizer: Any, envs: list[Any]) -> str | None:
+    """Why the local engine cannot serve these environments with this tokenizer, or None: chat messages need a
+    chat template (transformers raises on each request otherwise, and every rollout would error)."""
+    if any(getattr(t, "chat_template", None) for t in (tokenizer, getattr(tokenizer, "tokenizer", None))):
+        return None
+    if all(getattr(e, "message_type", "chat") != "chat" for e in envs):
+        return None
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    return (f"{name}'s tokenizer has no chat template, and the environment sends chat messages, which the local "
+            "engine renders with it: set the tokenizer's chat_template (or put a chat_template.jinja beside the "
+            "model), or train a model whose tokenizer has one")
+
+
 _ENCODED_MAX = 4096
 
 

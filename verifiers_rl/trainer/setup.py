@@ -105,6 +105,12 @@ def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
     args = trainer.args
     trainer.plan = plan = plan or inference_plan_for_model(args, trainer.model, server_config)
     judges.check(trainer, plan)  # a line per judge; one that would reach the policy: refused before it starts
+    if plan.backend == "local":
+        from verifiers_rl.errors import ConfigError
+        from verifiers_rl.inference.local_openai import template_problem
+
+        if problem := template_problem(trainer.processing_class, [trainer.env, *trainer.eval_envs.values()]):
+            raise ConfigError(problem)
     # with several ranks: one server (started by rank 0), brought to the policy before any rank generates
     trainer.inference = distributed.build_inference_on_every_rank(plan, lambda p: build_inference(
         p, model=trainer.served_model(), tokenizer=trainer.processing_class, args=args, server_config=server_config,
