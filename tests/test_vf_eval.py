@@ -232,3 +232,41 @@ def test_an_eval_config_with_two_environments_evaluates_each(tiny_model_dir, tmp
     assert code == 0, stderr[-2000:]
     assert [len((tmp_path / f).read_text().splitlines()) for f in ("out-rt.jsonl", "out-wordle.jsonl")] == [2, 1]
     assert "rt ·" in stderr and "wordle ·" in stderr  # each evaluation's summary table
+
+
+def test_save_results_writes_verifiers_results_and_metadata(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """verifiers' `-s` (63 of prime-environments' READMEs' vf-eval commands carry it): results.jsonl and
+    metadata.json under <-o>/evals/<env>--<model>/<id>/; a config's output_dir saves there too. Before: -s was an
+    unrecognized argument, and a config's save_results / output_dir were ignored."""
+    import statistics
+
+    model = str(tiny_model_dir)
+    code, stderr = vf_eval_here(monkeypatch, capsys, "reverse-text", "-m", model, "-n", 2, "-r", 2, "-t", 4,
+                                "-a", '{"dataset_source": "offline"}', "-s", "-o", tmp_path / "a")
+    assert code == 0, stderr[-2000:]
+    config = tmp_path / "e.toml"
+    config.write_text(f'model = "{model}"\nnum_examples = 1\nrollouts_per_example = 3\nmax_tokens = 4\n'
+                      f'output_dir = "{tmp_path / "b"}"\n[[eval]]\nid = "reverse-text"\n'
+                      'args = {dataset_source = "offline"}\n')
+    code, stderr = vf_eval_here(monkeypatch, capsys, config)
+    assert code == 0, stderr[-2000:]
+    for base, n, r in (("a", 4, 2), ("b", 3, 3)):
+        (run,) = list((tmp_path / base / "evals" / f"reverse-text--{model.replace('/', '--')}").iterdir())
+        rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+        meta = json.loads((run / "metadata.json").read_text())
+        assert len(rows) == n and len(run.name) == 8
+        assert meta["env_id"] == "reverse-text" and meta["model"] == model and meta["rollouts_per_example"] == r
+        assert meta["avg_reward"] == pytest.approx(statistics.mean(r["reward"] for r in rows))
+
+
+def test_save_results_goes_where_verifiers_puts_it(tmp_path, monkeypatch):
+    """No -o: ./environments/<module>/outputs when the environment's folder is there, else ./outputs."""
+    import argparse
+
+    from verifiers_rl.cli.eval import _results_dir
+
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(env_id="owner/my-env", output=None, env_path=None, name=None)
+    assert _results_dir(args, "org/m").parent == Path("outputs/evals/owner--my-env--org--m")
+    (tmp_path / "environments" / "my_env").mkdir(parents=True)
+    assert _results_dir(args, "org/m").parent == Path("environments/my_env/outputs/evals/owner--my-env--org--m")

@@ -110,3 +110,19 @@ def write_jsonl(states: Iterable[dict[str, Any]], path: str | Path) -> Path:
         for s in states:
             f.write(json.dumps(state_to_row(s)) + "\n")
     return path
+
+
+def save_results(states: list[dict[str, Any]], metadata: dict[str, Any], directory: str | Path) -> Path:
+    """verifiers' saved evaluation: `results.jsonl` (a row per rollout) and `metadata.json` (the run's settings and
+    its averages) in `directory`."""
+    import datetime
+
+    directory = Path(directory)
+    write_jsonl(states, directory / "results.jsonl")
+    summary = summarize(states)
+    meta = {**metadata, "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+            "avg_reward": summary["reward/mean"],
+            "avg_metrics": {k.removeprefix("metrics/"): v for k, v in summary.items() if k.startswith("metrics/")},
+            "avg_error": summary["errors/rollouts"] / max(len(states), 1), "path_to_save": str(directory)}
+    (directory / "metadata.json").write_text(json.dumps(_jsonable(meta), indent=2) + "\n")
+    return directory

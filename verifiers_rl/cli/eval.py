@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
 from verifiers_rl.cli.common import fail, note_offline_hub, program_name, quiet_library_bars, take_debug_flag
@@ -35,7 +36,11 @@ def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
                    help="JSON object of sampling parameters; its keys override -t/-T, e.g. '{\"min_tokens\": 1, "
                         "\"top_p\": 0.9}' (vLLM's extra parameters are accepted here too)")
     p.add_argument("-c", "--max-concurrent", type=int, default=32, help="rollouts in flight (-1: no limit)")
-    p.add_argument("-o", "--output", default=None, help="write one JSON object per rollout to this .jsonl file")
+    p.add_argument("-o", "--output", "--output-dir", dest="output", default=None, help="write one JSON object per rollout to this .jsonl file "
+                   "(with -s: the directory to save under, as verifiers' --output-dir)")
+    p.add_argument("-s", "--save-results", action="store_true",
+                   help="save results.jsonl and metadata.json as verifiers' vf-eval does, under "
+                        "<-o, else ./environments/<env>/outputs if it exists, else ./outputs>/evals/<env>--<model>/<id>/")
     p.add_argument("--seed", type=int, default=None, help="shuffle the eval split with this seed")
     p.add_argument("--debug", action="store_true", help="print the traceback of a failure (also: VF_DEBUG=1)")
     return p
@@ -63,9 +68,14 @@ def _check_output(args: argparse.Namespace) -> None:
     if not args.output:
         return
     out = Path(args.output)
-    if out.is_dir():  # verifiers' -o is a directory
-        fail(f"-o/--output: {args.output} is a directory; give the .jsonl file to write, e.g. {out / 'results.jsonl'}")
-    parent = next((p for p in out.parents if p.exists()), None)
+    if args.save_results:  # verifiers' meaning: the directory the results go under
+        if out.exists() and not out.is_dir():
+            fail(f"-o/--output: {args.output} is a file; with -s it names the directory to save under")
+    elif out.is_dir():  # verifiers' -o is a directory
+        fail(f"-o/--output: {args.output} is a directory; give the .jsonl file to write, e.g. "
+             f"{out / 'results.jsonl'}, or add -s to save results.jsonl and metadata.json under it as verifiers does")
+    parent = next((p for p in (out, *out.parents) if p.exists()), None) if args.save_results else \
+        next((p for p in out.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         fail(f"-o/--output: {parent} is a file, not a directory; give another path for {args.output}")
 
@@ -80,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(e))
     codes = []
     for args in runs:
-        if len(runs) > 1 and args.output:  # one file per evaluation
+        if len(runs) > 1 and args.output and not args.save_results:  # one file per evaluation
             stem, dot, ext = args.output.rpartition(".")
             name = getattr(args, "name", None) or args.env_id
             args.output = f"{stem}-{name.replace('/', '-')}{dot}{ext}" if dot else f"{args.output}-{name}"
@@ -108,6 +118,7 @@ def evaluate(args: argparse.Namespace) -> int:
         env, client, model_name = _load(args, env_args, console)
     sampling = {k: v for k, v in (("max_tokens", args.max_tokens), ("temperature", args.temperature)) if v is not None}
     sampling.update(extra_sampling)
+    started = time.time()
     try:
         states = asyncio.run(_run(env, client, model_name, args, sampling, console))
     finally:
@@ -119,7 +130,16 @@ def evaluate(args: argparse.Namespace) -> int:
 
     summary = summarize(states)
     _print_summary(console, getattr(args, "name", None) or args.env_id, model_name, summary)
-    if args.output:
+    if args.save_results:
+        from verifiers_rl.evaluation import save_results
+
+        meta = {"env_id": args.env_id, "name": getattr(args, "name", None) or args.env_id, "env_args": env_args,
+                "model": model_name, "base_url": args.base_url or "local", "num_examples": args.num_examples,
+                "rollouts_per_example": args.rollouts_per_example, "sampling_args": sampling,
+                "time": time.time() - started}
+        path = save_results(states, meta, _results_dir(args, model_name))
+        console.print(f"saved {len(states)} rollouts to {path}")
+    elif args.output:
         path = write_jsonl(states, args.output)
         console.print(f"wrote {len(states)} rollouts to {path}")
     errors = errors_line(states)
@@ -135,6 +155,17 @@ def evaluate(args: argparse.Namespace) -> int:
                       "reply (the prompt fills the model's context): use a model with a longer context, or shorter "
                       "prompts", markup=False, highlight=False, soft_wrap=True)
     return 1 if states and full == len(states) else 0
+
+
+def _results_dir(args: argparse.Namespace, model: str) -> Path:
+    """verifiers' place for -s: <base>/evals/<env>--<model>/<8 hex>, base = -o, else the environment's own folder's
+    outputs/ when ./environments/<module> exists, else ./outputs."""
+    import uuid
+
+    name = getattr(args, "name", None) or args.env_id
+    local = Path(args.env_path or "environments") / args.env_id.split("/")[-1].replace("-", "_")
+    base = Path(args.output) if args.output else local / "outputs" if local.is_dir() else Path("outputs")
+    return base / "evals" / f"{name.replace('/', '--')}--{model.replace('/', '--')}" / uuid.uuid4().hex[:8]
 
 
 def _load(args: argparse.Namespace, env_args: dict, console: object) -> tuple:

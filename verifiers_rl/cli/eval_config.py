@@ -14,16 +14,17 @@ CLASSIC = {"id": "env_id", "env_id": "env_id", "args": "env_args", "env_args": "
            "num_examples": "num_examples", "rollouts_per_example": "rollouts_per_example", "model": "model",
            "max_tokens": "max_tokens", "temperature": "temperature", "max_concurrent": "max_concurrent",
            "sampling": "sampling_args", "sampling_args": "sampling_args", "seed": "seed", "shuffle_seed": "seed",
-           "base_url": "base_url", "api_base_url": "base_url", "api_key_var": "api_key_var"}
+           "base_url": "base_url", "api_base_url": "base_url", "api_key_var": "api_key_var",
+           "save_results": "save_results", "output_dir": "output_dir"}
 V1 = {"model": "model", "num_tasks": "num_examples", "num_rollouts": "rollouts_per_example",
       "max_concurrent": "max_concurrent", "sampling": "sampling_args"}
 CLIENT = {"base_url": "base_url", "api_key_var": "api_key_var"}
 # vf-eval's argument → the type a config file gives it (its flags' types; a table or its JSON string)
 ARG_TYPES: dict[str, Any] = {"num_examples": int, "rollouts_per_example": int, "max_tokens": int, "temperature": float,
                              "max_concurrent": int, "seed": int, "env_args": dict | str, "sampling_args": dict | str,
-                             "env_id": str, "name": str, "model": str, "base_url": str, "api_key_var": str}
-IGNORED = ("shuffle", "verbose", "rich", "push", "output_dir", "run", "serve", "dry_run", "clean", "save_results",
-           "endpoints_path")
+                             "env_id": str, "name": str, "model": str, "base_url": str, "api_key_var": str,
+                             "save_results": bool, "output_dir": str}
+IGNORED = ("shuffle", "verbose", "rich", "push", "run", "serve", "dry_run", "clean", "endpoints_path")
 
 
 class EvalConfigError(ValueError):
@@ -103,5 +104,7 @@ def eval_runs(argv: list[str], parser: argparse.ArgumentParser) -> list[argparse
         for key in ("env_args", "sampling_args"):
             if isinstance(entry.get(key), dict):
                 entry[key] = json.dumps(entry[key])
+        if "output_dir" in entry:  # verifiers' directory to save under: naming it asks for the results there
+            entry.update(output=entry.pop("output_dir"), save_results=True)
         runs.append(argparse.Namespace(**{**defaults, **entry, **given}))
     return runs
