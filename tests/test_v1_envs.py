@@ -453,6 +453,33 @@ def test_a_renderer_of_verifiers_choice_reaches_the_train_client(tiny_model_dir)
     assert "\n" not in str(err.value)
 
 
+def test_a_renderer_for_another_model_family_is_one_line_before_training(tiny_model_dir, tmp_path):
+    """prime-rl's reverse-text example sets `orchestrator.renderer = prime-qwen3`; on a model without Qwen3's special
+    tokens every rollout errored (a 502 from verifiers' interception) and the run stopped after three steps. Now
+    RLTrainer refuses it when it is built; the default renderer on the same model trains."""
+    import verifiers_rl as vf
+    from verifiers_rl.errors import ConfigError
+    from verifiers_rl.v1 import load_v1_environment
+
+    from test_trainer import make_config
+
+    env = load_v1_environment("v1_tiny_reverse", path=FIXTURES, renderer={"name": "prime-qwen3"})
+    try:
+        with pytest.raises(ConfigError) as err:
+            vf.RLTrainer(str(tiny_model_dir), env, make_config(tmp_path, max_steps=1))
+        assert "renderer 'prime-qwen3' cannot render for" in str(err.value) and "<think>" in str(err.value)
+        assert "\n" not in str(err.value)
+    finally:
+        env.close()
+    fine = load_v1_environment("v1_tiny_reverse", path=FIXTURES, renderer={"name": "default"})
+    try:
+        from transformers import AutoTokenizer
+
+        assert fine.renderer_problem(AutoTokenizer.from_pretrained(str(tiny_model_dir))) is None
+    finally:
+        fine.close()
+
+
 def test_a_v1_environment_among_classic_envs_is_one_line_before_launch(tiny_model_dir):
     """Several [[env]] train as one group of one API: a v1 one among classic ones is refused in the config check,
     not found out mid-run."""

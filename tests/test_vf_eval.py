@@ -270,3 +270,21 @@ def test_save_results_goes_where_verifiers_puts_it(tmp_path, monkeypatch):
     assert _results_dir(args, "org/m").parent == Path("outputs/evals/owner--my-env--org--m")
     (tmp_path / "environments" / "my_env").mkdir(parents=True)
     assert _results_dir(args, "org/m").parent == Path("environments/my_env/outputs/evals/owner--my-env--org--m")
+
+
+def test_a_model_without_a_chat_template_is_one_line_before_the_rollouts(tiny_model_dir, tmp_path, monkeypatch,
+                                                                         capsys):
+    """Before: every rollout errored with transformers' template error, then 'every rollout errored'."""
+    import shutil
+
+    model = tmp_path / "no-template"
+    shutil.copytree(tiny_model_dir, model)
+    for f in model.glob("chat_template.*"):
+        f.unlink()
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    code, stderr = vf_eval_here(monkeypatch, capsys, "reverse-text", "-m", model, "-n", 2, "-r", 1,
+                                "-a", '{"dataset_source": "offline"}')
+    assert code == 2 and stderr.strip().splitlines()[-1].startswith(f"error: {model}'s tokenizer has no chat template")
+    assert "rollouts" not in stderr  # nothing was evaluated

@@ -206,6 +206,14 @@ def _load(args: argparse.Namespace, env_args: dict, console: object) -> tuple:
         problem = network.check_server(str(client.base_url))
         if problem:
             fail(problem, code=1)
+    else:  # what the policy's tokenizer cannot do for this environment: one line, before any rollout errors
+        from verifiers_rl.errors import ConfigError
+        from verifiers_rl.trainer.setup import tokenizer_check
+
+        try:
+            tokenizer_check(engine.tokenizer, [env], local=True)
+        except ConfigError as e:
+            fail(str(e))
     _check_judges(env, args.env_id, client, model_name, engine, console)
     return env, client, model_name
 

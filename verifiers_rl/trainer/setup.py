@@ -91,6 +91,19 @@ def setup_training(trainer: Any) -> None:
         print(describe(trainer.sharded, args.world_size), flush=True)
 
 
+def tokenizer_check(tokenizer: Any, envs: list[Any], local: bool) -> None:
+    """What the policy's tokenizer cannot do for these environments, refused before anything runs: chat messages
+    without a chat template on the local engine; a v1 environment's renderer made for another model family."""
+    from verifiers_rl.errors import ConfigError
+    from verifiers_rl.inference.local_openai import template_problem
+
+    members = [m for e in envs for m in (getattr(e, "envs", None) or [e])]
+    problems = [template_problem(tokenizer, members)] if local else []
+    problems += [e.renderer_problem(tokenizer) for e in members if hasattr(e, "renderer_problem")]
+    if problem := next((p for p in problems if p), None):
+        raise ConfigError(problem)
+
+
 def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
     """`trainer.plan` (vf-rl's, or made from the RLConfig), `.inference` built from it, `.policy_client` and
     `.orchestrator`."""
@@ -105,12 +118,7 @@ def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
     args = trainer.args
     trainer.plan = plan = plan or inference_plan_for_model(args, trainer.model, server_config)
     judges.check(trainer, plan)  # a line per judge; one that would reach the policy: refused before it starts
-    if plan.backend == "local":
-        from verifiers_rl.errors import ConfigError
-        from verifiers_rl.inference.local_openai import template_problem
-
-        if problem := template_problem(trainer.processing_class, [trainer.env, *trainer.eval_envs.values()]):
-            raise ConfigError(problem)
+    tokenizer_check(trainer.processing_class, [trainer.env, *trainer.eval_envs.values()], plan.backend == "local")
     # with several ranks: one server (started by rank 0), brought to the policy before any rank generates
     trainer.inference = distributed.build_inference_on_every_rank(plan, lambda p: build_inference(
         p, model=trainer.served_model(), tokenizer=trainer.processing_class, args=args, server_config=server_config,

@@ -93,6 +93,24 @@ class V1Environment:
                 f"({type(self.env).__name__}; {seats}), episodes in-process via env.serving()/run_slot, "
                 f"policy at {base_url.removesuffix('/v1')}/inference/v1/generate{self.endpoint.upstream(base_url)}")
 
+    def renderer_problem(self, tokenizer: Any) -> str | None:
+        """Why the configured renderer cannot render for this policy's tokenizer (a Qwen3 renderer on a model without
+        its special tokens), or None: found before training, not as every rollout's error."""
+        if not self.renderer:
+            return None
+        from renderers import create_renderer
+
+        config = model_context("http://127.0.0.1", "policy", "policy", None, renderer_config=self.renderer)
+        try:
+            create_renderer(tokenizer, config.client.renderer)
+        except Exception as e:
+            name = getattr(tokenizer, "name_or_path", "") or "the policy"
+            return (f"environment {self.env_id!r}: renderer {self.renderer.get('name', self.renderer)!r} cannot "
+                    f"render for {name}'s tokenizer ({(str(e) or type(e).__name__).splitlines()[0]}): set the "
+                    "renderer of this model's family, or leave it out for the one its name selects "
+                    "(orchestrator.renderer in a prime-rl config, [env] args.renderer in vf-rl's)")
+        return None
+
     def _announce(self, base_url: str) -> None:
         with self._lock:
             if self._announced:
