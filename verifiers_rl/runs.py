@@ -164,10 +164,10 @@ def resolve_run_dir(spec: str, root: str | Path = DEFAULT_ROOT) -> Path:
     if p.is_dir():
         raise RunError(f"{spec}: no {RUN_FILE} there (not a vf-rl run dir)")
     names = [str((read_run(d) or {}).get("name") or d.name) for d in find_runs(root)]
-    import difflib
+    from verifiers_rl.value_check import close_match
 
-    close = difflib.get_close_matches(spec, names, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else (f"; runs: {', '.join(names)}" if names else "")
+    close = close_match(spec, names)
+    hint = f" (did you mean {close}?)" if close else (f"; runs: {', '.join(names)}" if names else "")
     raise RunError(f"run {spec!r} not found under {root}/{hint}")
 
 

@@ -1,8 +1,9 @@
-"""Whether a config value (TOML, the command line, a notebook's table) fits a field's annotation, and the
-annotation's short name for the one-line error: the config layer and the loss / estimator tables share these."""
+"""Whether a config value (TOML, the command line, a notebook's table) fits a field's annotation, the annotation's
+short name and a misspelt name's closest match for the one-line error: every one-line error shares these."""
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import types
@@ -10,6 +11,12 @@ import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel
+
+
+def close_match(name: str, candidates: list[str], cutoff: float = 0.6) -> str | None:
+    """The candidate closest to a misspelt `name` (difflib's ratio >= cutoff), or None."""
+    m = difflib.get_close_matches(name, candidates, n=1, cutoff=cutoff)
+    return m[0] if m else None
 
 
 def describe_type(tp: Any) -> str:

@@ -3,14 +3,13 @@ format's too) and `one_line`, which makes a ValidationError `key.path: what is w
 
 from __future__ import annotations
 
-import difflib
 import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
-from verifiers_rl.value_check import describe_type  # noqa: F401  (re-exported: the config's names)
+from verifiers_rl.value_check import close_match, describe_type  # noqa: F401  (describe_type: re-exported)
 
 
 class Section(BaseModel):
@@ -200,12 +199,6 @@ def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], Any,
         path.append(str(part))
         node = ann = None
     return path, ann, siblings
-
-
-def close_match(name: str, candidates: list[str], cutoff: float = 0.6) -> str | None:
-    """The candidate closest to a misspelt `name` (difflib's ratio >= cutoff), or None."""
-    m = difflib.get_close_matches(name, candidates, n=1, cutoff=cutoff)
-    return m[0] if m else None
 
 
 _BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),

@@ -325,9 +325,10 @@ def load_environment(env_id: str, **env_args: Any) -> Any:
     if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
         unknown = [k for k in env_args if k not in params]
         if unknown:
-            import difflib
-            hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, list(params), 1))
-                                 else "") for k in unknown]
+            from verifiers_rl.value_check import close_match
+
+            hints = [f"{k!r}" + (f" (did you mean {m!r}?)" if (m := close_match(k, list(params))) else "")
+                     for k in unknown]
             raise EnvironmentArgsError(
                 f"environment {env_id!r} does not take argument(s) {', '.join(hints)}; it accepts: "
                 f"{', '.join(params) or '(none)'}")
