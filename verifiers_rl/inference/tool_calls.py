@@ -8,7 +8,6 @@ import uuid
 from dataclasses import dataclass, field
 
 TOOL_CALL_START = "<tool_call>"
-TOOL_CALL_END = "</tool_call>"
 
 # A block may be unclosed when generation was cut at max_tokens or a stop string: take the rest of the text.
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
