@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
+from statistics import pstdev
 from typing import Any, Iterable
 
 from verifiers_rl.rewards import is_dropped, reward_of
@@ -12,13 +12,6 @@ from verifiers_rl.rewards import is_dropped, reward_of
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-def _std(xs: list[float]) -> float:
-    if len(xs) < 2:
-        return 0.0
-    m = _mean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
 
 
 def completion_length(state: dict[str, Any]) -> int:
@@ -60,7 +53,8 @@ def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
     counted in `dropped/rollouts`, left out of the means)."""
     kept = [s for s in states if not is_dropped(s)]  # a rollout its environment dropped counts in no mean
     rewards = [reward_of(s) for s in kept]
-    out: dict[str, float] = {"reward/mean": _mean(rewards), "reward/std": _std(rewards), "num_rollouts": len(states)}
+    out: dict[str, float] = {"reward/mean": _mean(rewards), "reward/std": pstdev(rewards) if rewards else 0.0,
+                             "num_rollouts": len(states)}
     names: list[str] = []
     for s in kept:
         names += [k for k in (s.get("metrics") or {}) if k not in names]
