@@ -16,9 +16,9 @@ def _mean(xs: list[float]) -> float:
 
 def completion_length(state: dict[str, Any]) -> int:
     """Model tokens in a rollout (0 when the server returned no token ids)."""
-    from verifiers_rl.envs.turn_tokens import completion_token_count
+    from verifiers_rl.envs.turn_tokens import step_tokens
 
-    return completion_token_count(state)
+    return sum(len(t.completion_ids) for t in map(step_tokens, state.get("trajectory") or []) if t is not None)
 
 
 def first_error(states: list[dict[str, Any]]) -> str | None:

@@ -32,10 +32,6 @@ def step_tokens(step: dict[str, Any]) -> StepTokens | None:
     return StepTokens(list(tokens["prompt_ids"]), c, lps, mask)
 
 
-def completion_token_count(state: dict[str, Any]) -> int:
-    return sum(len(t.completion_ids) for t in map(step_tokens, state.get("trajectory") or []) if t is not None)
-
-
 def turn_split(state: dict[str, Any]) -> tuple[int, int]:
     """(turns stitched into the rollout's one sample, turns trained as samples of their own): the batching
     falls back to one sample per turn when `state["tokens"]` is None (see `rollout_tokens`)."""
