@@ -21,10 +21,8 @@ ToolT = TypeVar("ToolT")
 
 
 def _auth_errors() -> tuple[type[BaseException], ...]:
-    try:
-        from openai import AuthenticationError, PermissionDeniedError
-    except ImportError:  # pragma: no cover
-        return ()
+    from openai import AuthenticationError, PermissionDeniedError
+
     return (AuthenticationError, PermissionDeniedError)
 
 

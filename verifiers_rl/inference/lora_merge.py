@@ -13,13 +13,11 @@ from typing import Any
 
 def _lora_layers(model: Any) -> list[tuple[str, Any]] | None:
     """(name, layer) of every LoRA layer under the PEFT model's base model, or None if `model` does not qualify."""
-    try:
-        import torch
-        from peft import PeftModel
-        from peft.tuners.lora import LoraLayer
-        from peft.tuners.lora.layer import Linear as LoraLinear
-    except ImportError:
-        return None
+    import torch
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
     if not isinstance(model, PeftModel):
         return None
     layers = [(n, m) for n, m in model.get_base_model().named_modules() if isinstance(m, LoraLayer)]

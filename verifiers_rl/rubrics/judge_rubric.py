@@ -142,8 +142,6 @@ class JudgeRubric(Rubric):
 
 
 def _is_sync_openai(client: Any) -> bool:
-    try:
-        from openai import OpenAI
-    except ImportError:  # pragma: no cover - openai is a dependency
-        return False
+    from openai import OpenAI
+
     return isinstance(client, OpenAI)
