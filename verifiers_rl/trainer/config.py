@@ -47,8 +47,6 @@ class RLConfig(RLFields, TrainingArguments):
         # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns on the old name
         if getattr(self, "activation_checkpointing", False) is None:
             self.activation_checkpointing = bool(self.gradient_checkpointing)
-        if hasattr(self, "save_safetensors"):  # older transformers only; 5.x always writes safetensors
-            self.save_safetensors = True
 
         super().__post_init__()  # CheckpointSettings' checks, then TrainingArguments'
 
