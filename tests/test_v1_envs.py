@@ -343,8 +343,10 @@ def test_vf_eval_runs_a_v1_env_with_its_usual_flags(tiny_model_dir, tmp_path):
 
 def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """An endless v1 taskset (tests/fixtures/v1_tiny_endless, shaped like verifiers' own alphabet_sort and
-    kuhn_poker): without max_tasks one line saying how to bound it; with `args.max_tasks` vf-eval evaluates and
-    vf-rl trains two steps. Both commands' code runs in this process (their own processes: the other tests here)."""
+    kuhn_poker): vf-eval without max_tasks is one line saying how to bound it, with `args.max_tasks` it evaluates;
+    vf-rl trains two steps without it, on the tasks its steps draw, as prime-rl streams such a taskset (before:
+    prime-rl's own alphabet-sort example failed to load). Both commands' code runs in this process (their own
+    processes: the other tests here)."""
     from test_vf_eval import vf_eval_here
     from two_steps import vf_rl_in_process
 
@@ -363,13 +365,24 @@ def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_di
     code, lines = vf_eval("-a", json.dumps({"max_tasks": 0}))
     assert code == 2 and "args.max_tasks = 0 must be a whole number >= 1" in "\n".join(lines), lines[-20:]
     text = (FIXTURES / "v1_tiny_reverse.toml").read_text().replace('id = "v1_tiny_reverse"', 'id = "v1_tiny_endless"')
-    text = text.replace("args = { taskset", "args = { max_tasks = 4, taskset").replace('path = "."',
-                                                                                        f'path = "{FIXTURES}"')
-    (tmp_path / "run.toml").write_text(text)
+    (tmp_path / "run.toml").write_text(text.replace('path = "."', f'path = "{FIXTURES}"'))
     monkeypatch.chdir(tmp_path)
     vf_rl_in_process(["@", "run.toml", "--model", str(tiny_model_dir), "--no-eval"], tmp_path / "out")
     steps = [json.loads(l) for l in (tmp_path / "out/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in steps if "reward/all/mean" in r] == [1, 2]
+    from verifiers_rl.config.schema import load_run
+    from verifiers_rl.launching.pipeline import _training_envs
+    from verifiers_rl.v1.entry import load_env_entry
+
+    notes: list[str] = []
+    cfg = load_run(["@", "run.toml", "--model", str(tiny_model_dir)])[0].cfg
+    env, _ = _training_envs(cfg, load_env_entry, notes.append)
+    try:  # max_steps 2 x (batch_size 4 / rollouts_per_example 2)
+        assert len(env.tasks) == 4 and notes == ["v1 taskset 'v1_tiny_endless' is endless: this run takes its first "
+                                                 "4 tasks (as many as its steps draw); [env] args.max_tasks sets "
+                                                 "another number"]
+    finally:
+        env.close()
 
 
 PRIME_TRAIN = """

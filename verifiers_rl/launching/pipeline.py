@@ -51,20 +51,34 @@ def _tiny_model(cfg: RunConfig, console: Any) -> str | None:
     return cfg.model or str(path)
 
 
-def _training_envs(cfg: RunConfig, load_environment: Any) -> tuple[Any, list[Any]]:
-    """(the environment to train on, the [[env]] environments it is made of)."""
+def _tasks_drawn(cfg: RunConfig) -> int:
+    """How many examples the run's steps draw: max_steps x (batch_size / rollouts_per_example), RLConfig's defaults
+    where trainer.args is silent."""
+    import dataclasses
+
+    from verifiers_rl.trainer.config_fields import RLFields, field_default
+
+    default = {f.name: field_default(f) for f in dataclasses.fields(RLFields)}
+    get = lambda k: cfg.trainer.args.get(k) or default[k]  # noqa: E731
+    return max(1, int(get("max_steps")) * max(1, int(get("batch_size")) // max(1, int(get("rollouts_per_example")))))
+
+
+def _training_envs(cfg: RunConfig, load_environment: Any, say: Any = None) -> tuple[Any, list[Any]]:
+    """(the environment to train on, the [[env]] environments it is made of); `say` gets each one's note."""
     from verifiers_rl.envs.dataset_format import without_training_rows
     from verifiers_rl.errors import ConfigError
 
     sub_envs = []
     for i, e in enumerate(cfg.envs):
-        sub = load_environment(e.id, e.args, api=e.api, path=e.path)
+        sub = load_environment(e.id, e.args, api=e.api, path=e.path, endless_tasks=_tasks_drawn(cfg))
         if without_training_rows(sub):  # before the warm-up, not after it
             key = f"env.{i}" if isinstance(cfg.env, list) else "env"
             raise ConfigError(f"{key}.id: {e.id!r} has no training dataset (its load_environment() gave "
                               "an eval_dataset only, or a dataset of no rows); give it a dataset, or evaluate it "
                               "with [[eval.env]]")
         sub.env_id = _env_name(e.id, e.name)
+        if say is not None and getattr(sub, "endless_note", None):
+            say(sub.endless_note)
         sub_envs.append(sub)
     if len(sub_envs) == 1:
         env = sub_envs[0]
@@ -272,7 +286,7 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     say = lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
     with paused_gc():  # what is imported and loaded before any training
         model = _tiny_model(cfg, console)
-        env, sub_envs = _training_envs(cfg, load_environment)
+        env, sub_envs = _training_envs(cfg, load_environment, say)
         from verifiers_rl.trainer.judges import check_judges, plan_policy
 
         check_judges([env], plan_policy(plan.inference if plan is not None else None), say)  # before the warm-up

@@ -14,18 +14,21 @@ from verifiers_rl.envs.loading import (EnvironmentArgsError, EnvironmentLoadErro
 
 
 def load_env_entry(env_id: str, args: dict[str, Any] | None = None, *, api: str = "auto",
-                   path: str | Path | None = None) -> Any:
-    """The environment `env_id` with `args`: a classic one, or a `V1Environment` (docstring above)."""
+                   path: str | Path | None = None, endless_tasks: int | None = None) -> Any:
+    """The environment `env_id` with `args`: a classic one, or a `V1Environment` (docstring above);
+    `endless_tasks`: how many tasks to take from an endless v1 taskset when `args` sets no `max_tasks` (a training
+    run: the tasks its steps draw)."""
     chosen, why = environment_api(env_id, api, path)
     if chosen == "classic":
         from verifiers_rl.envs.loading import load_environment_or_one_line
 
         add_env_path(path)
         return load_environment_or_one_line(env_id, **(args or {}))
-    return load_v1_entry(env_id, dict(args or {}), path, why)
+    return load_v1_entry(env_id, dict(args or {}), path, why, endless_tasks)
 
 
-def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, why: str) -> Any:
+def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, why: str,
+                  endless_tasks: int | None = None) -> Any:
     """A `V1Environment` for `env_id`, its v1 config `args` (docstring above); `why`: the API decision's reason."""
     from verifiers_rl.v1.environment import load_v1_environment
     from verifiers_rl.v1.loading import require_v1
@@ -58,7 +61,7 @@ def load_v1_entry(env_id: str, args: dict[str, Any], path: str | Path | None, wh
         path = Path(env_id.strip()).expanduser()
     try:
         return load_v1_environment(data, path=path, api_note=why, max_tasks=max_tasks, warm_programs=warm,
-                                   renderer=renderer)
+                                   renderer=renderer, endless_tasks=endless_tasks)
     except (EnvironmentArgsError, EnvironmentLoadError):
         raise
     except Exception as e:

@@ -31,7 +31,7 @@ class V1Environment:
 
     def __init__(self, env: Any, config: Any, *, env_id: str | None = None, renderer_model_name: str | None = None,
                  eval_tasks: list[Any] | None = None, max_tasks: int | None = None, api_note: str | None = None,
-                 warm_programs: bool = True, renderer: dict | None = None):
+                 warm_programs: bool = True, renderer: dict | None = None, endless_tasks: int | None = None):
         self.env, self.config = env, getattr(env, "config", None) or config
         self.api_note = api_note  # why the v1 API was chosen (vf-rl / vf-eval: envs.loading.environment_api)
         self.env_id = env_id or config.taskset.id
@@ -41,6 +41,11 @@ class V1Environment:
             model_context("http://127.0.0.1", "policy", "policy", None, renderer_config=renderer)
         self.sampling_args: dict[str, Any] = {}
         self.rubric = NoRubric()
+        self.endless_note = None
+        if getattr(env.taskset, "INFINITE", False) and max_tasks is None and endless_tasks:
+            max_tasks = endless_tasks  # a training run's draw, as prime-rl streams an endless taskset
+            self.endless_note = (f"v1 taskset {self.env_id!r} is endless: this run takes its first {max_tasks} tasks "
+                                 "(as many as its steps draw); [env] args.max_tasks sets another number")
         if getattr(env.taskset, "INFINITE", False) and max_tasks is None:
             raise ValueError(f"v1 taskset {self.env_id!r} is endless: take its first N tasks with max_tasks (vf-rl: "
                              "[env] args.max_tasks = N; vf-eval: --env-args '{\"max_tasks\": N}'; a notebook: "
