@@ -110,8 +110,47 @@ def test_a_dataset_tokenizes_in_batches_exactly_as_row_by_row(tok, monkeypatch):
         tokenize_samples(boom, tok, 512)
     with pytest.raises(Exception) as e:  # a batch the template refuses: each of its rows alone, as before
         tokenize_dataset([*rows[:3], boom], tok, 512)
-    assert type(e.value) is type(alone_error.value) and str(e.value) == str(alone_error.value)
+    assert type(e.value) is SFTDataError and str(e.value) == f"data row 3: {alone_error.value}"
     assert "no boom" in str(e.value)
+
+
+BAD_ROWS = [  # (row, the start of its line): what TRL fails on with a traceback, or drops without a word
+    ({"messages": [{"role": "user", "content": 3}, TWO_TURNS[1]]},
+     "data row 1: the model's chat template cannot render it (TypeError: can only concatenate str"),
+    ({"messages": [{"role": "boom", "content": "x"}, TWO_TURNS[1]]},
+     "data row 1: the model's chat template cannot render it (TemplateError: roles must alternate)"),
+    ({"prompt": None, "completion": "a"},
+     "data row 1: column 'prompt': expected a string or a list of {\"role\", \"content\"} messages, got NoneType"),
+    ({"messages": {"role": "user", "content": "q"}}, "data row 1: column 'messages': expected a string or a list"),
+    ({"messages": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]},
+     "data row 1: column 'messages': message 0 has no 'role' (its keys: from, value)"),
+    ({"messages": [{"role": "human", "content": "q"}, {"role": "gpt", "content": "a"}]},
+     "data row 1: no message carries loss: the roles are human, gpt, and the loss is on assistant messages"),
+    ({"prompt": "q", "completion": [{"role": "user", "content": "a"}]},
+     "data row 1: no message carries loss: the roles after the prompt are user"),
+]
+
+
+@pytest.mark.parametrize("row,start", BAD_ROWS)
+def test_a_bad_row_is_one_line_naming_it(tok, row, start):
+    tok.chat_template = ("{%- for m in messages %}{%- if m.role == 'boom' %}{{- raise_exception('roles must\n"
+                         "alternate') }}{%- endif %}{%- endfor %}" + CHAT_TEMPLATE)
+    with pytest.raises(SFTDataError) as e:
+        tokenize_dataset([{"messages": TWO_TURNS}, row], tok, 512)
+    assert str(e.value).startswith(start) and "\n" not in str(e.value), str(e.value)
+
+
+def test_vf_sft_names_the_line_of_a_data_file_it_cannot_parse(tiny_model_dir, tmp_path, capsys):
+    from verifiers_rl.cli.sft import main
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"messages": TWO_TURNS}) + "\n" + '{"messages": [oops\n')
+    (tmp_path / "sft.toml").write_text(f'model = "{tiny_model_dir}"\n[data]\npath = "{rows}"\n')
+    with pytest.raises(SystemExit) as e:
+        main(["@", str(tmp_path / "sft.toml")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 2 and err == [f"error: data.path: '{rows}' cannot be read as json rows (ArrowInvalid: "
+                                         "JSON parse error: Invalid value. in row 1)"]
 
 
 def _vf_sft(tmp_path, config: str):

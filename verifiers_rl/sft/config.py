@@ -120,8 +120,9 @@ def _local_file(path: str | None) -> bool:
     return bool(path) and path.endswith(tuple(_FILE_KINDS)) and "://" not in path and not any(c in path for c in "*?[")
 
 
-def load_rows(data: DataSection) -> list[dict[str, Any]]:
-    """Rows with `prompt` + `completion` or `messages`."""
+def load_rows(data: DataSection, key: str = "data.path") -> list[dict[str, Any]]:
+    """Rows with `prompt` + `completion` or `messages`; a local file `datasets` cannot parse is a ConfigError (one
+    line naming `key`, the file and where it fails)."""
     from verifiers_rl.network import dataset_hub_message, hub_failures_as, hub_state
 
     if data.env_id is not None:
@@ -136,7 +137,15 @@ def load_rows(data: DataSection) -> list[dict[str, Any]]:
     path = data.path or ""
     kind = next((v for k, v in _FILE_KINDS.items() if path.endswith(k)), None)
     if kind:
-        ds = load_dataset(kind, data_files=path, split="train")
+        try:
+            ds = load_dataset(kind, data_files=path, split="train")
+        except Exception as e:  # datasets' DatasetGenerationError says only that one occurred: its cause says where
+            from verifiers_rl.config.loading import ConfigError
+
+            while e.__cause__ is not None:
+                e = e.__cause__
+            raise ConfigError(f"{key}: {path!r} cannot be read as {kind} rows ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())})") from None
     else:
         with hub_failures_as(lambda: f"data.path: dataset {path!r} is not in the local cache and {hub_state()}; "
                                      "point data.path at a local .jsonl/.parquet/.csv file"):
@@ -152,7 +161,7 @@ def split_rows(cfg: SFTRunConfig, rows: list[dict[str, Any]]) -> tuple[list[dict
     if val is None:
         return rows, []
     if val.path is not None:
-        return rows, load_rows(DataSection(path=val.path, split=val.split, num_examples=val.num_examples))
+        return rows, load_rows(DataSection(path=val.path, split=val.split, num_examples=val.num_examples), "val.path")
     import random
 
     order = list(range(len(rows)))

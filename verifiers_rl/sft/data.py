@@ -24,9 +24,22 @@ class _NotPrefix(Exception):
         self.index = index
 
 
-def _as_messages(value: Any, role: str) -> list[dict[str, Any]]:
+def _as_messages(value: Any, role: str, column: str) -> list[dict[str, Any]]:
+    """A column's messages: a string is one message of `role`; ValueError (one line) for anything but a list of
+    message dicts."""
+    from collections.abc import Mapping
+
     if isinstance(value, str):
         return [{"role": role, "content": value}]
+    if not isinstance(value, list) or not all(isinstance(m, Mapping) for m in value):
+        got = type(value).__name__ if not isinstance(value, list) else \
+            f"a list holding {type(next(m for m in value if not isinstance(m, Mapping))).__name__}"
+        raise ValueError(f"column {column!r}: expected a string or a list of {{\"role\", \"content\"}} messages, "
+                         f"got {got}")
+    for i, m in enumerate(value):
+        if "role" not in m:  # a template skips such a message silently
+            raise ValueError(f"column {column!r}: message {i} has no 'role' (its keys: {', '.join(map(str, m))}); "
+                             "give each message a role and a content")
     return [dict(m) for m in value]
 
 
@@ -61,9 +74,10 @@ def _ids(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: 
     try:
         out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
                                             **(options or {}))
-    except Exception:
-        if messages:
-            raise
+    except Exception as e:
+        if messages:  # a template error (roles it refuses, content it cannot join) names the row, in one line
+            text = " ".join(str(e).split())
+            raise ValueError(f"the model's chat template cannot render it ({type(e).__name__}: {text})") from None
         return []  # a template that cannot render an empty conversation: nothing comes before the first message
     return list(_input_ids(out))
 
@@ -130,15 +144,21 @@ def _split(tokenizer: Any, messages: list[dict[str, Any]], trained: list[int],
 def _conversation(row: dict[str, Any], roles: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[int]]:
     """(messages, indices of the messages that carry loss) for either format."""
     if "messages" in row and row["messages"] is not None:
-        messages = _as_messages(row["messages"], "user")
+        messages = _as_messages(row["messages"], "user", "messages")
         first = 0
     elif "prompt" in row and "completion" in row:
-        prompt = _as_messages(row["prompt"], "user")
-        messages = prompt + _as_messages(row["completion"], "assistant")
+        prompt = _as_messages(row["prompt"], "user", "prompt")
+        messages = prompt + _as_messages(row["completion"], "assistant", "completion")
         first = len(prompt)  # the prompt never carries loss
     else:
         raise ValueError(f"an SFT row needs 'prompt' + 'completion' or 'messages' columns; got {sorted(row)}")
-    return messages, [i for i in range(first, len(messages)) if messages[i].get("role") in roles]
+    trained = [i for i in range(first, len(messages)) if messages[i].get("role") in roles]
+    if not trained:  # TRL drops such a row silently, and fails with no row left
+        found = ", ".join(dict.fromkeys(str(m.get("role")) for m in messages[first:])) or "none"
+        raise ValueError(f"no message carries loss: the roles {'after the prompt ' if first else ''}are {found}, "
+                         f"and the loss is on {', '.join(roles)} messages ([data.loss_mask]); name the replies' "
+                         "role 'assistant'")
+    return messages, trained
 
 
 def tokenize_samples(row: dict[str, Any], tokenizer: Any, max_length: int,
