@@ -140,6 +140,27 @@ def test_a_bad_row_is_one_line_naming_it(tok, row, start):
     assert str(e.value).startswith(start) and "\n" not in str(e.value), str(e.value)
 
 
+@pytest.mark.integration  # trains in-process (~6 s)
+def test_rows_cut_by_max_length_before_their_loss_are_left_out_and_said(tiny_model_dir, tmp_path):
+    """A real SFT step (TRL's SFTTrainer, the tiny model): a row whose prompt fills max_length trains nothing; it is
+    left out with a line (packed too), and a dataset of only such rows is one line, not TRL's empty sampler."""
+    from rich.console import Console
+
+    from verifiers_rl.sft.trainer import SFTSettings, run_sft
+
+    short = [{"prompt": f"say {w}", "completion": w} for w in ("apple", "river", "stone", "cloud")]
+    long = [{"prompt": "word " * 80, "completion": "x"}] * 2
+    settings = SFTSettings(output_dir=str(tmp_path / "sft"), max_steps=1, batch_size=2, max_length=32,
+                           save_steps=10, logging_steps=1, packing=True)
+    console = Console(record=True, width=400)
+    out, loss = run_sft(tiny_model_dir, short + long, settings, console=console)
+    assert "2 of 6 samples keep no loss token within max_length = 32" in console.export_text()
+    assert loss > 0 and (out / "model.safetensors").exists()
+    with pytest.raises(SFTDataError) as e:
+        run_sft(tiny_model_dir, long, settings, console=console)
+    assert str(e.value).startswith("data: no row keeps a loss token within max_length = 32 tokens")
+
+
 def test_vf_sft_names_the_line_of_a_data_file_it_cannot_parse(tiny_model_dir, tmp_path, capsys):
     from verifiers_rl.cli.sft import main
 

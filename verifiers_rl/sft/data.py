@@ -203,7 +203,8 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any, max_length: int,
 def tokenize_dataset(rows: list[dict[str, Any]], tokenizer: Any, max_length: int,
                      loss_roles: tuple[str, ...] | list[str] = ("assistant",), on_mismatch: str = "split",
                      label: str = "data") -> tuple[list[dict[str, list[int]]], int]:
-    """(samples, rows split) for every row; a bad row is one line naming its index."""
+    """(samples, rows split) for every row; a bad row is one line naming its index, and so is a dataset none of
+    whose samples keeps a loss token within `max_length` (`trained_samples` leaves such samples out)."""
     samples: list[dict[str, list[int]]] = []
     n_split = 0
     rendered = _render_in_batches(rows, tokenizer, tuple(loss_roles))
@@ -217,7 +218,15 @@ def tokenize_dataset(rows: list[dict[str, Any]], tokenizer: Any, max_length: int
             raise SFTDataError(f"{label} row {k}: {e}") from None
         samples += out
         n_split += split
+    if samples and not trained_samples(samples):
+        raise SFTDataError(f"{label}: no row keeps a loss token within max_length = {max_length} tokens (what comes "
+                           "before the trained messages fills it); raise max_length")
     return samples, n_split
+
+
+def trained_samples(samples: list[dict[str, list[int]]]) -> list[dict[str, list[int]]]:
+    """The samples with a loss token left after truncation to max_length (the others train nothing)."""
+    return [s for s in samples if any(s["assistant_masks"])]
 
 
 BATCH_ROWS = 256  # conversations per apply_chat_template call

@@ -141,15 +141,20 @@ def _datasets(rows: list[dict[str, Any]], val_rows: list[dict[str, Any]] | None,
     """(train, validation or None) as tokenized datasets; a line when rows were split (sft/data.py)."""
     from datasets import Dataset
 
-    from verifiers_rl.sft.data import tokenize_dataset
+    from verifiers_rl.sft.data import tokenize_dataset, trained_samples
 
     samples, n_split = tokenize_dataset(rows, tokenizer, max_length, loss_roles, on_mismatch)
     if n_split:
         console.print(f"{label}: {n_split} of {len(rows)} rows render earlier turns differently once later ones "
                       "follow (a position-dependent chat template): each of their assistant turns trains as its own "
                       "sample", highlight=False)
+    kept = trained_samples(samples)
+    if len(kept) < len(samples):  # as TRL drops them, packed or not, and said
+        console.print(f"{label}: {len(samples) - len(kept)} of {len(samples)} samples keep no loss token within "
+                      f"max_length = {max_length} (what comes before the trained messages fills it): left out",
+                      highlight=False)
     val = None
     if val_rows:
-        val = Dataset.from_list(tokenize_dataset(val_rows, tokenizer, max_length, loss_roles, on_mismatch,
-                                                 label="val")[0])
-    return Dataset.from_list(samples), val
+        val = Dataset.from_list(trained_samples(tokenize_dataset(val_rows, tokenizer, max_length, loss_roles,
+                                                                 on_mismatch, label="val")[0]))
+    return Dataset.from_list(kept), val
