@@ -221,3 +221,39 @@ def test_packed_rows_attend_only_to_themselves(tiny_model_dir):
                        use_cache=False).logits
         alone = torch.cat([model(input_ids=a).logits, model(input_ids=b).logits], 1)
     assert torch.allclose(packed, alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("setting, line", [
+    ('lr_scheduler_type = "cosin"', "error: trainer.lr_scheduler_type: 'cosin' is not a transformers scheduler (did "
+                                    "you mean 'cosine'?); one of 'linear', 'cosine'"),
+    ("batch_size = 0", "error: trainer.batch_size: 0 must be >= 1"),
+    ("learning_rate = -1.0", "error: trainer.learning_rate: -1.0 must be >= 0.0"),
+    ("logging_steps = 0", "error: trainer.logging_steps: 0 must be >= 1"),
+    ("use_lora = true\nlora_rank = 0", "error: trainer.lora_rank: 0 must be >= 1"),
+    ('use_lora = true\nlora_target_modules = ["nope"]', "error: lora_target_modules=['nope']: none is a layer of "
+                                                        "this model"),
+])
+def test_vf_sft_refuses_a_setting_transformers_or_peft_would_raise_on_in_one_line(tiny_model_dir, tmp_path, capsys,
+                                                                                   setting, line):
+    """Each of these was a traceback from transformers, torch or peft once the model had loaded."""
+    from verifiers_rl.cli.sft import main
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"messages": TWO_TURNS}) + "\n")
+    (tmp_path / "sft.toml").write_text(f'model = "{tiny_model_dir}"\n[data]\npath = "{rows}"\n[trainer]\n'
+                                       f'output_dir = "{tmp_path / "out"}"\n{setting}\n')
+    with pytest.raises(SystemExit) as e:
+        main(["@", str(tmp_path / "sft.toml")])
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip() and "Generating" not in x]
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(line), err
+
+
+def test_vf_rl_warmup_refuses_an_unknown_scheduler_in_one_line():
+    from verifiers_rl.config.loading import ConfigError
+    from verifiers_rl.config.resolution import validate_run_config
+
+    raw = {"model": "m", "env": {"id": "verifiers-rl/reverse-text"},
+           "warmup": {"completion_format": "{answer}", "lr_scheduler_type": "cosine_decay"}}
+    with pytest.raises(ConfigError, match=r"^warmup\.lr_scheduler_type: 'cosine_decay' is not a transformers "
+                                          r"scheduler"):
+        validate_run_config(raw)

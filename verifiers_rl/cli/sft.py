@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                             val_rows=val_rows, val_interval=cfg.val.interval if cfg.val else None)
     except NetworkError as e:
         fail(str(e), code=1)
-    except SFTDataError as e:  # a row it cannot train on (a bad tools column, a template it cannot mask)
+    except (SFTDataError, ConfigError) as e:  # a row it cannot train on; a setting the model refuses (LoRA targets)
         fail(str(e))
     if rank()[0] == 0:
         console.print(f"SFT done: loss {loss:.4f}; model in {out}")

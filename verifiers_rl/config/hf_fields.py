@@ -219,3 +219,19 @@ def report_to_problem(report_to: Any) -> str | None:
             return (f"{name!r} needs the {modules[0]} package, which is not installed here: pip install "
                     f"{modules[0]}, or drop {name!r} from report_to")
     return None
+
+
+def scheduler_problem(name: str) -> str | None:
+    """What transformers refuses in `lr_scheduler_type` when the trainer is built (a name not in its SchedulerType,
+    read from its source), as a line; None when it is one, or when that source does not read."""
+    field = next((f for f in training_args_fields() or () if f.name == "lr_scheduler_type"), None)
+    kinds = [a for a in typing.get_args(field.type) if isinstance(a, type) and issubclass(a, enum.Enum)] if field \
+        else []
+    known = [str(m.value) for m in kinds[0]] if kinds else []
+    if not known or name in known:
+        return None
+    from verifiers_rl.config.sections import close_match
+
+    close = close_match(str(name), known)
+    hint = f" (did you mean {close!r}?)" if close else ""
+    return f"{name!r} is not a transformers scheduler{hint}; one of " + ", ".join(repr(k) for k in known)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_rl.config.hf_fields import scheduler_problem
 from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import TEACHER_ARGS, RunConfig, close_match
 from verifiers_rl.models.tiny import shape_problem
@@ -32,6 +33,9 @@ def cross_checks(cfg: RunConfig) -> None:
         raise ConfigError(f"tiny_model.{problem[0]}: {problem[1]}")
     if cfg.warmup is not None and "{answer}" not in cfg.warmup.completion_format:
         raise ConfigError(f"warmup.completion_format: {cfg.warmup.completion_format!r} must contain {{answer}}")
+    problem = cfg.warmup and scheduler_problem(cfg.warmup.lr_scheduler_type)
+    if problem:
+        raise ConfigError(f"warmup.lr_scheduler_type: {problem}")
     ev = cfg.eval
     if ev is not None:
         if ev.interval is not None and ev.interval < 1:

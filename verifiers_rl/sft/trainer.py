@@ -11,38 +11,48 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES
 
 
 class SFTSettings(BaseModel):
-    """vf-sft's `[trainer]` section."""
+    """vf-sft's `[trainer]` section (what transformers / TRL / peft would refuse after the model loads: one line)."""
 
     model_config = ConfigDict(extra="forbid")
 
     output_dir: str = "outputs/sft"
-    max_steps: int = 500
-    learning_rate: float = 2e-5
-    batch_size: int = 8
+    max_steps: int = Field(500, ge=1)
+    learning_rate: float = Field(2e-5, ge=0)
+    batch_size: int = Field(8, ge=1)
     lr_scheduler_type: str = "cosine"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    max_length: int = 1024
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, ge=0)
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.999, ge=0, lt=1)
+    max_length: int = Field(1024, ge=1)
     use_lora: bool = False
-    lora_rank: int = 8
-    lora_alpha: int = 32
+    lora_rank: int = Field(8, ge=1)
+    lora_alpha: int = Field(32, ge=1)
     lora_target_modules: list[str] | str = Field(default_factory=lambda: list(DEFAULT_LORA_TARGET_MODULES))
-    save_steps: int = 500
-    logging_steps: int = 50
+    save_steps: int = Field(500, ge=1)
+    logging_steps: int = Field(50, ge=1)
     seed: int = 0
     bf16: bool = False
     gradient_checkpointing: bool = False
     packing: bool = False  # several rows per max_length row (TRL's best-fit packing; attention kept per row)
     report_to: str | list[str] = "none"
+
+    @field_validator("lr_scheduler_type")
+    @classmethod
+    def _known_scheduler(cls, name: str) -> str:
+        from verifiers_rl.config.hf_fields import scheduler_problem
+
+        problem = scheduler_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
 
 
 def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, console: Any = None,
