@@ -152,6 +152,27 @@ def test_sft_samples_train_only_the_assistant_turns_of_a_multi_turn_tool_rollout
     assert not any(mask[:prompt_len])
 
 
+def test_sft_samples_never_train_the_env_turns_under_a_template_that_rerenders_earlier_turns(tiny_model_dir):
+    """A Qwen3-style template drops the thinking of assistant turns before the last user message, so the whole
+    rollout's rendering is shorter than its growing prefixes: spans taken from their lengths trained the user's
+    next turn. Each assistant turn now trains as its own sample, as vf-sft's rows do (chat_masks.py)."""
+    from transformers import AutoTokenizer
+
+    from test_sft_data import QWEN3_STYLE, TWO_TURNS
+    from verifiers_rl.trainer.teacher_samples import teacher_samples
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.chat_template = QWEN3_STYLE
+    state = {"prompt": TWO_TURNS[:1], "completion": TWO_TURNS[1:], "reward": 1.0}
+    samples = teacher_samples([state], tok, max_seq_len=512)
+    trained = [tok.decode([t for t, m in zip(s.input_ids, s.loss_mask) if m]) for s in samples]
+    assert trained == ["<think>r1</think>a1<|im_end|>\n", "<think>r2</think>a2<|im_end|>\n"]
+    assert {s.rollout_index for s in samples} == {0} and all(s.prompt_len < len(s.input_ids) for s in samples)
+    assert not any(samples[0].loss_mask[:samples[0].prompt_len])
+    low = teacher_samples([state], tok, max_seq_len=512, min_reward=2.0)  # below min_reward: every turn's loss off
+    assert len(low) == 2 and not any(m for s in low for m in s.loss_mask)
+
+
 # --- config: bad combinations are one line ----------------------------------------------------------------------------
 @pytest.mark.parametrize("kw, match", [
     (dict(training_mode="opd"), "training_mode='opd' needs a teacher: set teacher_model"),

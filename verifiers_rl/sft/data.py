@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from verifiers_rl.chat_masks import NotPrefix, input_ids, masked, render_ids, renders, split_masks
+
 
 class SFTDataError(ValueError):
     """A row vf-sft cannot train on (one line naming the row and the fix)."""
@@ -17,11 +19,6 @@ class SFTDataError(ValueError):
 
 class TemplateMismatchError(SFTDataError):
     """The chat template renders a trained turn differently inside the longer conversation."""
-
-
-class _NotPrefix(Exception):
-    def __init__(self, index: int):
-        self.index = index
 
 
 def _as_messages(value: Any, role: str, column: str) -> list[dict[str, Any]]:
@@ -69,78 +66,6 @@ def template_options(row: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _ids(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
-         options: dict[str, Any] | None = None) -> list[int]:
-    try:
-        out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
-                                            **(options or {}))
-    except Exception as e:
-        if messages:  # a template error (roles it refuses, content it cannot join) names the row, in one line
-            text = " ".join(str(e).split())
-            raise ValueError(f"the model's chat template cannot render it ({type(e).__name__}: {text})") from None
-        return []  # a template that cannot render an empty conversation: nothing comes before the first message
-    return list(_input_ids(out))
-
-
-def _input_ids(out: Any) -> Any:
-    """apply_chat_template's token ids: transformers 5 returns them in a BatchEncoding, 4 as they are."""
-    return out["input_ids"] if hasattr(out, "keys") else out
-
-
-def _is_prefix(short: list[int], long: list[int]) -> bool:
-    return len(short) <= len(long) and long[:len(short)] == short
-
-
-def _renders(messages: list[dict[str, Any]], trained: list[int]) -> list[tuple[int, bool]]:
-    """The renderings `_masked` reads, as (how many leading messages, with the generation prompt): the whole
-    conversation, and around each trained message the conversation before it (with the generation prompt before an
-    assistant turn) and through it (the whole again when it is the last)."""
-    keys = {(len(messages), False): None}
-    for i in trained:
-        keys[_before(messages, i)] = None
-        keys[(i + 1, False)] = None
-    return list(keys)
-
-
-def _before(messages: list[dict[str, Any]], i: int) -> tuple[int, bool]:
-    """The rendering before message i: the generation prompt too when it is an assistant's turn."""
-    return i, messages[i].get("role") == "assistant"
-
-
-def _masked(tokenizer: Any, messages: list[dict[str, Any]], trained: list[int], options: dict[str, Any],
-            rendered: dict[tuple[int, bool], list[int]] | None = None) -> tuple[list[int], list[int]]:
-    """(ids, mask) of `messages` with loss on the messages at `trained`; _NotPrefix(i) when message i's span
-    cannot be found in the whole rendering. `rendered`: `_renders`' token ids, when tokenized already."""
-    if rendered is None:
-        rendered = {(n, gen): _ids(tokenizer, messages[:n], add_generation_prompt=gen, options=options)
-                    for n, gen in _renders(messages, trained)}
-    ids = rendered[(len(messages), False)]
-    mask = [0] * len(ids)
-    for i in trained:
-        head = rendered[_before(messages, i)]
-        through = rendered[(i + 1, False)]
-        if not (_is_prefix(head, through) and _is_prefix(through, ids)):
-            raise _NotPrefix(i)
-        for j in range(len(head), len(through)):
-            mask[j] = 1
-    return ids, mask
-
-
-def _split(tokenizer: Any, messages: list[dict[str, Any]], trained: list[int],
-           options: dict[str, Any]) -> list[tuple[list[int], list[int]]]:
-    """One sample per assistant turn (and one for trained messages after the last): messages up to it, loss on
-    the trained messages since the previous cut."""
-    cuts = [i for i in trained if messages[i].get("role") == "assistant"]
-    if trained and (not cuts or trained[-1] > cuts[-1]):
-        cuts.append(trained[-1])
-    out, start = [], 0
-    for cut in cuts:
-        mine = [i for i in trained if start <= i <= cut]
-        out.append(_masked(tokenizer, messages[:cut + 1], mine, options))
-        start = cut + 1
-    return out
-
-
 def _conversation(row: dict[str, Any], roles: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[int]]:
     """(messages, indices of the messages that carry loss) for either format."""
     if "messages" in row and row["messages"] is not None:
@@ -172,15 +97,15 @@ def tokenize_samples(row: dict[str, Any], tokenizer: Any, max_length: int,
     options = template_options(row)
     split = False
     try:
-        pairs = [_masked(tokenizer, messages, trained, options, rendered)]
-    except _NotPrefix as e:
+        pairs = [masked(tokenizer, messages, trained, options, rendered)]
+    except NotPrefix as e:
         if on_mismatch != "split":
             raise TemplateMismatchError(_mismatch_line(where, e.index, messages, "data.on_template_mismatch = "
                                                        "\"split\" trains each assistant turn as its own sample"))
         split = True
         try:
-            pairs = _split(tokenizer, messages, trained, options)
-        except _NotPrefix as e2:  # even alone, the turn renders differently after its generation prompt
+            pairs = split_masks(tokenizer, messages, trained, options)
+        except NotPrefix as e2:  # even alone, the turn renders differently after its generation prompt
             raise TemplateMismatchError(_mismatch_line(where, e2.index, messages, "give the row a "
                                                        "chat_template_kwargs column or the model a template whose "
                                                        "generation prompt starts the assistant turn as rendered"))
@@ -234,7 +159,7 @@ BATCH_ROWS = 256  # conversations per apply_chat_template call
 
 def _render_in_batches(rows: list[dict[str, Any]], tokenizer: Any, roles: tuple[str, ...]
                        ) -> dict[int, dict[tuple[int, bool], list[int]]]:
-    """Row index -> `_renders`' token ids, tokenized in batched apply_chat_template calls, for the rows without
+    """Row index -> `renders`' token ids, tokenized in batched apply_chat_template calls, for the rows without
     template options of their own. A row left out (or in a batch the template refuses) is rendered on its own
     later, and so fails with its own line."""
 
@@ -246,21 +171,21 @@ def _render_in_batches(rows: list[dict[str, Any]], tokenizer: Any, roles: tuple[
             messages, trained = _conversation(row, roles)
         except Exception:
             continue
-        for n, gen in _renders(messages, trained):
+        for n, gen in renders(messages, trained):
             wanted[gen].append((k, (n, gen), messages[:n]))
     out: dict[int, dict[tuple[int, bool], list[int]]] = {}
     failed: set[int] = set()
     for gen, items in wanted.items():
-        empty = [(k, key) for k, key, m in items if not m]  # `_ids`' answer (some templates cannot render one)
+        empty = [(k, key) for k, key, m in items if not m]  # `render_ids`' answer (some templates cannot render one)
         if empty:
-            nothing = _ids(tokenizer, [], gen)
+            nothing = render_ids(tokenizer, [], gen)
             for k, key in empty:
                 out.setdefault(k, {})[key] = nothing
         items = [item for item in items if item[2]]
         for start in range(0, len(items), BATCH_ROWS):
             chunk = items[start:start + BATCH_ROWS]
             try:
-                ids = _input_ids(tokenizer.apply_chat_template([m for _, _, m in chunk], tokenize=True,
+                ids = input_ids(tokenizer.apply_chat_template([m for _, _, m in chunk], tokenize=True,
                                                                add_generation_prompt=gen))
             except Exception:
                 failed.update(k for k, _, _ in chunk)

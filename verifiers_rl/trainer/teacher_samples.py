@@ -1,7 +1,8 @@
 """A teacher's scored rollouts → training samples for ``training_mode = "sft"``.
 
 Messages are rendered with the POLICY's chat template, so any teacher works (another tokenizer, a hosted API without
-token ids); loss tokens are the span each assistant turn adds to the rendering before it.
+token ids); loss tokens are the span each assistant turn adds to the rendering before it, found and checked as vf-sft
+finds them (chat_masks.py): a template that renders earlier turns differently later trains one sample per turn.
 """
 
 
@@ -9,15 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_rl.chat_masks import NotPrefix, masked, render_ids, split_masks
 from verifiers_rl.trainer.batching import Sample, drop_reason
 from verifiers_rl.rewards import reward_of
-
-
-def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict] | None, gen: bool = False) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, add_generation_prompt=gen)
-    if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
-        out = out["input_ids"]
-    return list(out)
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -36,22 +31,32 @@ def _tool_schemas(tools: Any) -> list[dict] | None:
             for t in tools]
 
 
+def rollout_samples(state: dict[str, Any], tokenizer: Any, tools: list[dict] | None = None
+                    ) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """([(input_ids, loss_mask), ...], prompt_len) of one rollout rendered with ``tokenizer``'s chat template, loss on
+    the completion's assistant turns: one sequence, or one per assistant turn when the template renders earlier turns
+    differently once later ones follow (chat_masks.py, as vf-sft's rows)."""
+    prompt = _messages(state.get("prompt"))
+    messages = prompt + _messages(state.get("completion"))
+    trained = [i for i in range(len(prompt), len(messages)) if messages[i].get("role") == "assistant"]
+    options = {"tools": tools} if tools else {}
+    try:
+        pairs = [masked(tokenizer, messages, trained, options)]
+    except NotPrefix:
+        try:
+            pairs = split_masks(tokenizer, messages, trained, options)
+        except NotPrefix:  # even alone, a turn renders differently after its generation prompt: no span to trust
+            ids = render_ids(tokenizer, messages, options=options)
+            pairs = [(ids, [0] * len(ids))]
+    prompt_len = len(render_ids(tokenizer, prompt, add_generation_prompt=True, options=options))
+    return pairs, prompt_len
+
+
 def rollout_tokens(state: dict[str, Any], tokenizer: Any, tools: list[dict] | None = None
                    ) -> tuple[list[int], list[int], int]:
-    """(input_ids, loss_mask, prompt_len) of one rollout rendered with ``tokenizer``'s chat template."""
-    prompt = _messages(state.get("prompt"))
-    completion = _messages(state.get("completion"))
-    messages = prompt + completion
-    ids = _render(tokenizer, messages, tools)
-    mask = [0] * len(ids)
-    for i in range(len(prompt), len(messages)):
-        if messages[i].get("role") != "assistant":
-            continue
-        start = len(_render(tokenizer, messages[:i], tools, gen=True))
-        end = len(_render(tokenizer, messages[: i + 1], tools))
-        for j in range(start, min(end, len(ids))):
-            mask[j] = 1
-    prompt_len = len(_render(tokenizer, prompt, tools, gen=True))
+    """(input_ids, loss_mask, prompt_len) of a rollout that renders as one sequence (`rollout_samples`' first)."""
+    pairs, prompt_len = rollout_samples(state, tokenizer, tools)
+    ids, mask = pairs[0]
     return ids, mask, min(prompt_len, len(ids))
 
 
@@ -62,10 +67,12 @@ def teacher_samples(states: list[dict[str, Any]], tokenizer: Any, *, max_seq_len
     schemas = _tool_schemas(tools)
     samples: list[Sample] = []
     for i, state in enumerate(states):
-        ids, mask, prompt_len = rollout_tokens(state, tokenizer, schemas)
+        pairs, prompt_len = rollout_samples(state, tokenizer, schemas)
         reward = reward_of(state)
         drop = (drop_reason(state, max_prompt_len, prompt_len=prompt_len) is not None  # its prompt re-rendered here
                 or (min_reward is not None and reward < min_reward))
-        ids, mask = ids[:max_seq_len], ([0] * len(mask) if drop else mask)[:max_seq_len]
-        samples.append(Sample(ids, mask, [0.0] * len(ids), 0.0, reward, i, [0] * len(ids), min(prompt_len, len(ids))))
+        for ids, mask in pairs:  # one, or one per assistant turn (a position-dependent template)
+            ids, mask = ids[:max_seq_len], ([0] * len(mask) if drop else mask)[:max_seq_len]
+            samples.append(Sample(ids, mask, [0.0] * len(ids), 0.0, reward, i, [0] * len(ids),
+                                  min(prompt_len, len(ids))))
     return samples
