@@ -257,3 +257,27 @@ def test_vf_rl_warmup_refuses_an_unknown_scheduler_in_one_line():
     with pytest.raises(ConfigError, match=r"^warmup\.lr_scheduler_type: 'cosine_decay' is not a transformers "
                                           r"scheduler"):
         validate_run_config(raw)
+
+
+@pytest.mark.parametrize("fmt, line", [
+    ('{"reversed": "{answer}"}', "'{\"reversed\": \"{answer}\"}' has a field other than {answer} (KeyError: "
+                                 "'\"reversed\"'); write a literal brace twice: {{ or }}"),
+    ("<a>{0}</a>", "'<a>{0}</a>' has a field other than {answer} (IndexError"),
+    ("<a></a>", "'<a></a>' must contain {answer}"),
+])
+def test_a_completion_format_str_format_cannot_fill_is_one_line_in_vf_sft_and_the_warmup(fmt, line):
+    """It was a KeyError traceback from each SFT row's str.format (vf-sft's env data, vf-rl's [warmup]), or, with no
+    {answer}, the same reply for every row."""
+    from verifiers_rl.config.loading import ConfigError
+    from verifiers_rl.config.resolution import validate_run_config
+    from verifiers_rl.sft.config import validate_sft_config
+
+    with pytest.raises(ConfigError) as e:
+        validate_sft_config({"model": "m", "data": {"env_id": "verifiers-rl/reverse-text", "completion_format": fmt}})
+    assert str(e.value).startswith(f"data.completion_format: {line}"), str(e.value)
+    with pytest.raises(ConfigError) as e:
+        validate_run_config({"model": "m", "env": {"id": "verifiers-rl/reverse-text"},
+                             "warmup": {"completion_format": fmt}})
+    assert str(e.value).startswith(f"warmup.completion_format: {line}"), str(e.value)
+    escaped = '{{"reversed": "{answer}"}}'
+    assert validate_sft_config({"model": "m", "data": {"env_id": "x", "completion_format": escaped}})

@@ -12,6 +12,19 @@ from verifiers_rl.models.tiny import shape_problem
 from verifiers_rl.plan.gpus import gpu_ids
 
 
+
+def completion_format_problem(fmt: str) -> str | None:
+    """What `fmt.format(answer=...)` (the SFT rows of [warmup] and vf-sft's env data) would fail on or ignore, as a
+    line; None when it places the answer."""
+    try:
+        probe = fmt.format(answer="\x00")
+    except (KeyError, IndexError, ValueError) as e:
+        return (f"{fmt!r} has a field other than {{answer}} ({type(e).__name__}: {e}); write a literal brace "
+                "twice: {{ or }}")
+    if "\x00" not in probe:
+        return f"{fmt!r} must contain {{answer}}"
+    return None
+
 def cross_checks(cfg: RunConfig) -> None:
     """Rules across sections, after each section's own (config/resolution.py validate_run_config)."""
     gpu_ids(cfg.inference.gpus, "inference.gpus")
@@ -31,8 +44,9 @@ def cross_checks(cfg: RunConfig) -> None:
     problem = tm and shape_problem(tm.layers, tm.hidden, tm.heads, tm.kv_heads, tm.intermediate)
     if problem:
         raise ConfigError(f"tiny_model.{problem[0]}: {problem[1]}")
-    if cfg.warmup is not None and "{answer}" not in cfg.warmup.completion_format:
-        raise ConfigError(f"warmup.completion_format: {cfg.warmup.completion_format!r} must contain {{answer}}")
+    problem = cfg.warmup and completion_format_problem(cfg.warmup.completion_format)
+    if problem:
+        raise ConfigError(f"warmup.completion_format: {problem}")
     problem = cfg.warmup and scheduler_problem(cfg.warmup.lr_scheduler_type)
     if problem:
         raise ConfigError(f"warmup.lr_scheduler_type: {problem}")

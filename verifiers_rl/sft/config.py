@@ -105,6 +105,11 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
     problem = report_to_problem(cfg.trainer.report_to)
     if problem:
         raise ConfigError(f"trainer.report_to: {problem}")
+    from verifiers_rl.config.validation import completion_format_problem
+
+    problem = cfg.data.env_id is not None and completion_format_problem(cfg.data.completion_format)
+    if problem:
+        raise ConfigError(f"data.completion_format: {problem}")
     for key, path in (("data.path", cfg.data.path), ("val.path", cfg.val and cfg.val.path)):
         if _local_file(path) and not Path(path).is_file():
             raise ConfigError(f"{key}: no file {path!r} (relative paths are from the current directory, "
