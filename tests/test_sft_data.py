@@ -172,6 +172,12 @@ def test_vf_sft_names_the_line_of_a_data_file_it_cannot_parse(tiny_model_dir, tm
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert e.value.code == 2 and err == [f"error: data.path: '{rows}' cannot be read as json rows (ArrowInvalid: "
                                          "JSON parse error: Invalid value. in row 1)"]
+    rows.write_text("")
+    with pytest.raises(SystemExit) as e:
+        main(["@", str(tmp_path / "sft.toml")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 2 and err == [f"error: data.path: '{rows}' is empty; give it rows with prompt + "
+                                         "completion or messages"]
 
 
 def _vf_sft(tmp_path, config: str):

@@ -142,11 +142,13 @@ def load_rows(data: DataSection, key: str = "data.path") -> list[dict[str, Any]]
     path = data.path or ""
     kind = next((v for k, v in _FILE_KINDS.items() if path.endswith(k)), None)
     if kind:
+        from verifiers_rl.config.loading import ConfigError
+
+        if _local_file(path) and Path(path).stat().st_size == 0:
+            raise ConfigError(f"{key}: {path!r} is empty; give it rows with prompt + completion or messages")
         try:
             ds = load_dataset(kind, data_files=path, split="train")
         except Exception as e:  # datasets' DatasetGenerationError says only that one occurred: its cause says where
-            from verifiers_rl.config.loading import ConfigError
-
             while e.__cause__ is not None:
                 e = e.__cause__
             raise ConfigError(f"{key}: {path!r} cannot be read as {kind} rows ({type(e).__name__}: "
