@@ -173,6 +173,30 @@ def test_sft_samples_never_train_the_env_turns_under_a_template_that_rerenders_e
     assert len(low) == 2 and not any(m for s in low for m in s.loss_mask)
 
 
+def test_sft_samples_render_each_rollouts_own_tools_as_the_teacher_saw_them(tiny_model_dir):
+    """An EnvGroup has no tool_defs of its own (its members do), and an example's info may carry its own: the env's
+    tools rendered the teacher's tool calls without the tools block the teacher (and later the policy) was given.
+    The state's tool_defs (set by the environment at the rollout's start) are used now."""
+    from transformers import AutoTokenizer
+
+    from verifiers_rl.envs.environment import normalize_tool_defs
+    from verifiers_rl.trainer.teacher_samples import teacher_samples
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    add = normalize_tool_defs([{"name": "add", "description": "Add.", "parameters": {"type": "object"}}])
+    echo = [{"name": "echo", "description": "Echo.", "parameters": {"type": "object"}}]
+    state = {"prompt": [{"role": "user", "content": "2+3?"}], "reward": 1.0, "tool_defs": add,
+             "completion": [{"role": "assistant", "content": "", "tool_calls": [
+                 {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}]}]}
+    texts = [tok.decode(s.input_ids) for s in teacher_samples([state], tok, max_seq_len=512)]  # an EnvGroup's
+    assert len(texts) == 1 and '"name": "add"' in texts[0].split("<|im_start|>user")[0]  # in the system turn
+    texts = [tok.decode(s.input_ids) for s in teacher_samples([{**state, "tool_defs": []}], tok, max_seq_len=512,
+                                                              tools=echo)]
+    assert "<tools>" not in texts[0]  # this example was given none, whatever the env's are
+    no_state = {k: v for k, v in state.items() if k != "tool_defs"}
+    assert '"name": "echo"' in tok.decode(teacher_samples([no_state], tok, max_seq_len=512, tools=echo)[0].input_ids)
+
+
 # --- config: bad combinations are one line ----------------------------------------------------------------------------
 @pytest.mark.parametrize("kw, match", [
     (dict(training_mode="opd"), "training_mode='opd' needs a teacher: set teacher_model"),

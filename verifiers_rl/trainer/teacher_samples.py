@@ -63,11 +63,13 @@ def rollout_tokens(state: dict[str, Any], tokenizer: Any, tools: list[dict] | No
 def teacher_samples(states: list[dict[str, Any]], tokenizer: Any, *, max_seq_len: int,
                     max_prompt_len: int | None = None, min_reward: float | None = None,
                     tools: Any = None) -> list[Sample]:
-    """One ``Sample`` per teacher rollout (no sampling log-probs or advantages: the sft loss reads neither)."""
-    schemas = _tool_schemas(tools)
+    """One ``Sample`` per teacher rollout (no sampling log-probs or advantages: the sft loss reads neither). The
+    tools a rollout's prompt is rendered with are its own (``state["tool_defs"]``: an example's info, an EnvGroup's
+    member), as the teacher was given them; ``tools`` (the env's) for a state without them."""
     samples: list[Sample] = []
     for i, state in enumerate(states):
-        pairs, prompt_len = rollout_samples(state, tokenizer, schemas)
+        own = state.get("tool_defs") if "tool_defs" in state else None
+        pairs, prompt_len = rollout_samples(state, tokenizer, _tool_schemas(tools if own is None else own))
         reward = reward_of(state)
         drop = (drop_reason(state, max_prompt_len, prompt_len=prompt_len) is not None  # its prompt re-rendered here
                 or (min_reward is not None and reward < min_reward))
