@@ -287,3 +287,14 @@ def test_a_completion_format_str_format_cannot_fill_is_one_line_in_vf_sft_and_th
     assert str(e.value).startswith(f"warmup.completion_format: {line}"), str(e.value)
     escaped = '{{"reversed": "{answer}"}}'
     assert validate_sft_config({"model": "m", "data": {"env_id": "x", "completion_format": escaped}})
+
+
+def test_vf_rl_warmup_refuses_a_max_length_sft_cannot_train_in_one_line():
+    """[warmup] max_length = 0 passed vf-rl's checks and failed in the warm-up, after the env and model loaded."""
+    from verifiers_rl.config.loading import ConfigError
+    from verifiers_rl.config.resolution import validate_run_config
+
+    raw = {"model": "m", "env": {"id": "verifiers-rl/reverse-text"},
+           "warmup": {"completion_format": "{answer}", "max_length": 0}}
+    with pytest.raises(ConfigError, match=r"^warmup\.max_length: 0 must be >= 1"):
+        validate_run_config(raw)

@@ -38,7 +38,7 @@ class WarmupSection(Section):
     batch_size: int = Field(32, ge=1, description="SFT batch size")
     lr_scheduler_type: str = Field("cosine", description="transformers scheduler name")
     num_examples: int = Field(-1, description="training rows to use (-1: all)")
-    max_length: int = Field(512, description="max tokens per SFT sample")
+    max_length: int = Field(512, ge=1, description="max tokens per SFT sample")
     seed: int = Field(0, description="SFT seed")
 
 
