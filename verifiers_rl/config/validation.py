@@ -12,7 +12,6 @@ from verifiers_rl.models.tiny import shape_problem
 from verifiers_rl.plan.gpus import gpu_ids
 
 
-
 def completion_format_problem(fmt: str) -> str | None:
     """What `fmt.format(answer=...)` (the SFT rows of [warmup] and vf-sft's env data) would fail on or ignore, as a
     line; None when it places the answer."""
@@ -24,6 +23,7 @@ def completion_format_problem(fmt: str) -> str | None:
     if "\x00" not in probe:
         return f"{fmt!r} must contain {{answer}}"
     return None
+
 
 def cross_checks(cfg: RunConfig) -> None:
     """Rules across sections, after each section's own (config/resolution.py validate_run_config)."""
