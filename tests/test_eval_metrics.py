@@ -135,6 +135,29 @@ def test_validation_logs_val_keys_and_the_eval_section_eval_keys(tiny_model_dir,
     assert not any(k.startswith("val/") for r in held for k in r)
 
 
+def test_the_eval_sections_max_tokens_is_what_its_rollouts_sample(tiny_model_dir, tmp_path):
+    """[eval] max_tokens (prime-rl's orchestrator.eval.sampling.max_completion_tokens): the eval's own reply length,
+    not the training one."""
+    import verifiers_rl as vf
+    from verifiers_rl.config.sections import RunConfig
+    from verifiers_rl.evaluation import completion_length
+    from verifiers_rl.launching.pipeline import _held_out
+
+    from test_trainer import make_config, make_env
+
+    env = make_env()
+    trainer = vf.RLTrainer(str(tiny_model_dir), env, make_config(tmp_path, max_tokens=8, temperature=1.0))
+    try:
+        cfg = RunConfig.model_validate({"model": str(tiny_model_dir), "env": {"id": "x"},
+                                        "eval": {"max_tokens": 2, "num_examples": 4}})
+        evals, sampling = _held_out(cfg, trainer, trainer.args, [env], None)
+        assert sampling["max_tokens"] == 2 and trainer.args.sampling_args()["max_tokens"] == 8
+        states = trainer.eval_states(env, 4, 2, sampling)
+        assert len(states) == 8 and max(completion_length(s) for s in states) == 2
+    finally:
+        trainer.close()
+
+
 # --- per-rank log files (a real torchrun) -----------------------------------------------------------------------------
 RANK_SCRIPT = """
 import os, sys

@@ -297,7 +297,7 @@ def test_eval_sampling_the_local_eval_cannot_take_is_one_line(tmp_path):
     assert str(e.value).startswith("orchestrator.eval.sampling.top_k: not supported yet"), str(e.value)
 
 
-def test_no_wandb_turns_off_the_configs_monitor_and_eval_may_repeat_the_training_length(tmp_path):
+def test_no_wandb_turns_off_the_configs_monitor_and_eval_has_its_own_length(tmp_path):
     args = translated(tmp_path, TWO_SEATS_GATED, "--no-wandb")["trainer"]["args"]
     assert "wandb" not in args  # [monitors.wandb] is on in the file: the command line turns it off
     assert translated(tmp_path, TWO_SEATS_GATED, "--wandb.name", "r1")["trainer"]["args"]["wandb"] == {
@@ -306,12 +306,16 @@ def test_no_wandb_turns_off_the_configs_monitor_and_eval_may_repeat_the_training
                                       "max_completion_tokens = 64").replace(
         "skip_first_step = true", "skip_first_step = true\nsampling = { max_completion_tokens = 64 }")
     assert translated(tmp_path, lengths)["trainer"]["args"]["max_tokens"] == 64  # prime-rl's configs repeat it
-    raw, opts = load(tmp_path, lengths.replace("sampling = { max_completion_tokens = 64 }",
-                                               "sampling = { max_completion_tokens = 32 }"))
+    # an eval length of its own is [eval] max_tokens (before: refused, the local eval sampled the training one)
+    longer = lengths.replace("sampling = { max_completion_tokens = 64 }", "sampling = { max_completion_tokens = 128 }")
+    assert translated(tmp_path, longer)["eval"]["max_tokens"] == 128
+    raw, opts = load(tmp_path, longer.replace("[orchestrator.eval.source.env.taskset]",
+                                              "sampling = { max_completion_tokens = 32 }\n"
+                                              "[orchestrator.eval.source.env.taskset]"))
     with pytest.raises(ConfigError) as e:
         resolve_run(raw, opts, check_environments=False)
-    assert str(e.value).startswith("orchestrator.eval.sampling.max_completion_tokens: 32 differs from the training "
-                                   "max_completion_tokens (64)"), str(e.value)
+    assert str(e.value).startswith("orchestrator.eval.source.0.sampling.max_completion_tokens: 32 differs from "
+                                   "orchestrator.eval.sampling's (128)"), str(e.value)
 
 
 def test_a_lora_table_without_a_rank_takes_prime_rls_default_rank(tmp_path):

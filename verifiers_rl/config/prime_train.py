@@ -352,7 +352,8 @@ def _eval(r: _Reader, o: Translation, renderer: dict[str, Any] | None) -> None:
     sampling = dict(ev.pop("sampling", {}) or {})
     if sampling.get("temperature") is not None:
         out["temperature"] = sampling.pop("temperature")
-    _eval_tokens(sampling, "orchestrator.eval.sampling", o)
+    if (tokens := sampling.pop("max_completion_tokens", None)) is not None:
+        out["max_tokens"] = tokens
     _rest("orchestrator.eval.sampling", sampling)
     for i, s in enumerate(ev.pop("source", []) or []):
         where = f"orchestrator.eval.source.{i}"
@@ -362,7 +363,7 @@ def _eval(r: _Reader, o: Translation, renderer: dict[str, Any] | None) -> None:
                               "evaluates every env at one interval")
         # the local eval samples all envs alike (orchestrator.eval.sampling): a source's own is not read
         own = dict(s.pop("sampling", {}) or {})
-        _eval_tokens(own, f"{where}.sampling", o)
+        _eval_tokens(own, f"{where}.sampling", out.get("max_tokens") or o.raw["trainer"]["args"].get("max_tokens"))
         _rest(f"{where}.sampling", own)
         if s.pop("serve", None) is not None:
             o.ignored.append(f"{where}.serve")
@@ -376,17 +377,18 @@ def _eval(r: _Reader, o: Translation, renderer: dict[str, Any] | None) -> None:
     o.put("eval", out, "orchestrator.eval")
     for k in ("interval", "num_examples", "temperature", "env"):
         o.origin[f"eval.{k}"] = f"orchestrator.eval.{k}"
+    o.origin["eval.max_tokens"] = "orchestrator.eval.sampling.max_completion_tokens"
     o.origin["eval.rollouts_per_example"] = "orchestrator.eval.group_size"
     o.origin["eval.before"] = "orchestrator.eval.skip_first_step"
 
 
-def _eval_tokens(sampling: dict[str, Any], where: str, o: Translation) -> None:
-    """An eval `max_completion_tokens`: the local eval samples with the training one, so it may only repeat it."""
+def _eval_tokens(sampling: dict[str, Any], where: str, evals: int | None) -> None:
+    """An eval source's own `max_completion_tokens`: the local eval samples every env alike (`evals`, the eval's or
+    else the training one), so it may only repeat it."""
     tokens = sampling.pop("max_completion_tokens", None)
-    train = o.raw["trainer"]["args"].get("max_tokens")
-    if tokens is not None and tokens != train:
-        raise ConfigError(f"{where}.max_completion_tokens: {tokens} differs from the training max_completion_tokens "
-                          f"({train}); the local eval samples with the training one: set them alike, or remove it")
+    if tokens is not None and tokens != evals:
+        raise ConfigError(f"{where}.max_completion_tokens: {tokens} differs from orchestrator.eval.sampling's "
+                          f"({evals}); the local eval samples every env alike: set it there, or remove it")
 
 
 def _logging(r: _Reader, o: Translation) -> None:

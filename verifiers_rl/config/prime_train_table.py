@@ -89,7 +89,8 @@ RULES: list[Rule] = [
     Rule("trainer.model.ac", "trainer.args.gradient_checkpointing", "a table: on, every layer whole (mode and "
          "freq not applied); none: vf-rl's default, off"),
     Rule("orchestrator.eval", "[eval]", "interval, num_examples, group_size → rollouts_per_example, "
-         "skip_first_step → before = not it, sampling.temperature; `source` as train sources; after = false"),
+         "skip_first_step → before = not it, sampling.temperature, sampling.max_completion_tokens → max_tokens; "
+         "`source` as train sources (their own sampling must agree); after = false"),
     Rule("monitors.wandb", "trainer.args.wandb", "project, entity, name, group, tags, offline as is"),
     Rule("ckpt.interval / keep_last", "trainer.args.save_steps / save_total_limit", "no `[ckpt]`, or no "
          "interval: the end of training only"),

@@ -111,6 +111,8 @@ class EvalSection(Section):
     num_examples: int = Field(256, description="eval prompts per env (-1: the whole eval split)")
     rollouts_per_example: int = Field(1, ge=1, description="rollouts per eval prompt")
     temperature: float | None = Field(None, description="default: the training temperature")
+    max_tokens: int | None = Field(None, ge=1, description="new tokens per eval turn; default: the training "
+                                   "max_tokens")
     before: bool = Field(True, description="evaluate the starting policy before RL (a resumed run does not again)")
     after: bool = Field(True, description="evaluate the trained policy after RL (with the paired gain)")
     interval: int | None = Field(None, description="also evaluate every N training steps (None: never)")

@@ -144,6 +144,8 @@ def _held_out(cfg: RunConfig, trainer: Any, args: Any, sub_envs: list[Any],
         sampling = args.sampling_args(for_eval=True)
         if ev.temperature is not None:
             sampling["temperature"] = ev.temperature
+        if ev.max_tokens is not None:
+            sampling["max_tokens"] = ev.max_tokens
         if ev.env:
             for e in ev.env:
                 eval_env = load_environment(e.id, e.args, api=e.api, path=e.path)
