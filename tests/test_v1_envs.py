@@ -193,6 +193,33 @@ def test_two_agent_episodes_match_verifiers_own_run_slot(tiny_model_dir):
     assert _same_per_seat(theirs, ours, seats) == [(-1.0, 2), (1.0, 3), (-1.0, 2), (1.0, 2), (1.0, 2), (-1.0, 1)]
 
 
+
+def test_a_multi_turn_rollout_counts_the_model_turns_and_tokens_verifiers_counts(tiny_model_dir):
+    """A multi-turn v1 conversation is one branch whose completion interleaves the other side's turns with the
+    model's: vf-eval's num_turns / completion_tokens, the step's num_turns / seq_len metrics and the length penalty's
+    turns and output tokens count the model's turns and sampled tokens, as verifiers' trace (num_turns,
+    num_output_tokens) and prime-rl's length penalty do, not one turn per branch and the other side's tokens as the
+    model's. Scripted replies (the duel fixture, as above)."""
+    from verifiers_rl.evaluation import state_to_row, summarize
+    from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
+    from verifiers_rl.trainer.rollout_metrics import per_rollout
+
+    theirs, ours, seats = _both_drivers(tiny_model_dir, DUEL, FIXTURES, duel_reply, 2)
+    traces = [{t.agent.name: t for t in ep.traces}[seat] for ep in theirs for seat in seats]
+    turns = [t.num_turns for t in traces]
+    sampled = [t.num_output_tokens for t in traces]
+    assert max(turns) == 3 and all(len(s["trajectory"]) == 1 for s in ours)  # one branch each, up to 3 turns
+    rows = [state_to_row(s) for s in ours]
+    assert [r["num_turns"] for r in rows] == turns
+    assert [r["completion_tokens"] for r in rows] == sampled
+    assert [per_rollout(s)["num_turns"] for s in ours] == turns
+    assert [per_rollout(s)["seq_len"] for s in ours] == sampled
+    assert summarize(ours)["num_turns/mean"] == pytest.approx(sum(turns) / len(turns))
+    lengths = rollout_lengths(ours)
+    assert lengths.turns.tolist() == turns and lengths.output.tolist() == sampled
+    # the rest of the context: prompt and the other side's turns (verifiers: total - output tokens)
+    assert lengths.input.tolist() == [len(s["tokens"]["input_ids"]) - n for s, n in zip(ours, sampled)]
+
 TRAIN = """
 import json, sys
 import torch

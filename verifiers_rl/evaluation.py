@@ -15,10 +15,17 @@ def _mean(xs: list[float]) -> float:
 
 
 def completion_length(state: dict[str, Any]) -> int:
-    """Model tokens in a rollout (0 when the server returned no token ids)."""
-    from verifiers_rl.envs.turn_tokens import step_tokens
+    """The tokens the model sampled in a rollout (0 when the server returned no token ids): each step's completion,
+    less the environment's tokens a v1 branch interleaves between its turns (the step's `model_tokens`, set by
+    v1/episodes.py)."""
+    from verifiers_rl.envs.turn_tokens import token_record
 
-    return sum(len(t.completion_ids) for t in map(step_tokens, state.get("trajectory") or []) if t is not None)
+    total = 0
+    for step in state.get("trajectory") or []:
+        t = token_record(step)  # read, not copied: this runs over every rollout of a step
+        if t is not None:
+            total += int(step.get("model_tokens", len(t["completion_ids"])))
+    return total
 
 
 def first_error(states: list[dict[str, Any]]) -> str | None:
@@ -64,9 +71,10 @@ def summarize(states: list[dict[str, Any]]) -> dict[str, float]:
     out["errors/rollouts"] = sum(1 for s in states if s.get("error"))
     out["errors/reward_funcs"] = sum(len(s.get("reward_errors") or {}) for s in states)
     out["is_truncated/mean"] = _mean([float(bool(s.get("is_truncated"))) for s in states])
-    out["num_turns/mean"] = _mean([float(len(s.get("trajectory") or [])) for s in states])
+    from verifiers_rl.envs.turn_tokens import turn_count, turn_split
+
+    out["num_turns/mean"] = _mean([float(turn_count(s)) for s in states])
     out["seq_len/completion_mean"] = _mean([float(completion_length(s)) for s in states])
-    from verifiers_rl.envs.turn_tokens import turn_split
 
     split = [turn_split(s) for s in states]  # multi-turn: prefix-matched turns form one sample, the rest one each
     out["turns/stitched"] = float(sum(a for a, _ in split))
@@ -91,8 +99,10 @@ ROW_KEYS = ("example_id", "task", "prompt", "completion", "answer", "info", "rew
 
 
 def state_to_row(state: dict[str, Any]) -> dict[str, Any]:
+    from verifiers_rl.envs.turn_tokens import turn_count
+
     row = {k: _jsonable(state.get(k)) for k in ROW_KEYS}
-    row["num_turns"] = len(state.get("trajectory") or [])
+    row["num_turns"] = turn_count(state)
     row["completion_tokens"] = completion_length(state)
     return row
 

@@ -32,6 +32,11 @@ def step_tokens(step: dict[str, Any]) -> StepTokens | None:
     return StepTokens(list(tokens["prompt_ids"]), c, lps, mask)
 
 
+def turn_count(state: dict[str, Any]) -> int:
+    """The model's turns in a rollout: one per trajectory step, or a v1 branch's sampled turns (`model_turns`)."""
+    return sum(int(step.get("model_turns", 1)) for step in state.get("trajectory") or [])
+
+
 def turn_split(state: dict[str, Any]) -> tuple[int, int]:
     """(turns stitched into the rollout's one sample, turns trained as samples of their own): the batching
     falls back to one sample per turn when `state["tokens"]` is None (see `rollout_tokens`)."""

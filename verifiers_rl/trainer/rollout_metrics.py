@@ -27,11 +27,12 @@ def is_empty(state: dict[str, Any]) -> bool:
 
 
 def per_rollout(state: dict[str, Any]) -> dict[str, float]:
+    from verifiers_rl.envs.turn_tokens import turn_count
     from verifiers_rl.evaluation import completion_length
 
     return {"reward": reward_of(state), "seq_len": float(completion_length(state)),
             "is_truncated": float(bool(state.get("is_truncated"))),
-            "num_turns": float(len(state.get("trajectory") or [])),
+            "num_turns": float(turn_count(state)),
             "empty_rollouts": float(is_empty(state)),
             "errored_rollouts": float(state.get("error") is not None and not is_empty(state)),
             "kept": not is_dropped(state)}  # a dropped rollout counts in no reward mean

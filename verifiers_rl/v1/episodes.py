@@ -54,7 +54,10 @@ def branch_step(branch: Any) -> dict | None:
     first = mask.index(True)
     tokens = {"prompt_ids": ids[:first], "completion_ids": ids[first:],
               "completion_mask": [int(m) for m in mask[first:]], "completion_logprobs": lps[first:]}
-    return {"tokens": tokens, "is_truncated": False}
+    # the completion interleaves the environment's tokens (user turns, tool results) with the model's turns: what
+    # the model sampled and in how many turns (one span each), as turn_tokens counts a rollout's tokens and turns
+    turns = 1 + sum(1 for i in range(first + 1, len(mask)) if mask[i] and not mask[i - 1])
+    return {"tokens": tokens, "is_truncated": False, "model_tokens": sum(mask), "model_turns": turns}
 
 
 def _errors(items: Any) -> list[str]:

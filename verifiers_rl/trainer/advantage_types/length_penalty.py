@@ -62,17 +62,17 @@ def rollout_lengths(states: list[dict[str, Any]]) -> RolloutLengths:
     """Each rollout's model tokens, the other tokens of its context (the last turn's prompt and completion less the
     model's tokens; at least the first prompt) and its turns; 0 where the server returned no token ids. Lengths
     only, every step: no token list is copied."""
-    from verifiers_rl.envs.turn_tokens import token_record
+    from verifiers_rl.envs.turn_tokens import token_record, turn_count
+    from verifiers_rl.evaluation import completion_length
 
     out, inp, turns = [], [], []
     for s in states:
-        trajectory = s.get("trajectory") or []
-        steps = [t for t in map(token_record, trajectory) if t is not None]
-        n_out = sum(len(t["completion_ids"]) for t in steps)
+        steps = [t for t in map(token_record, s.get("trajectory") or []) if t is not None]
+        n_out = completion_length(s)
         total = len(steps[-1]["prompt_ids"]) + len(steps[-1]["completion_ids"]) if steps else 0
         out.append(n_out)
         inp.append(max(total - n_out, len(steps[0]["prompt_ids"]) if steps else 0))
-        turns.append(len(trajectory))
+        turns.append(turn_count(s))
     import torch
 
     return RolloutLengths(*(torch.tensor(x, dtype=torch.float32) for x in (out, inp, turns)))
