@@ -106,6 +106,37 @@ def test_episodes_match_verifiers_own_run_slot(tiny_model_dir):
         assert state["tokens"]["model_mask"] == [int(m) for m in branch.sampled_mask]
 
 
+
+def test_the_runs_sampling_wins_over_a_seats_own_sampling(tiny_model_dir, monkeypatch, capsys):
+    """A v1 config's `agent.sampling` (verifiers merges a seat's sampling over the run's) yields to the run's for
+    each knob the run states, as a classic env's sampling_args do: the policy is sampled with what the trainer
+    scores log-probs with (temperature 1 here, not the seat's 0.3; the run's 8 tokens, not 64), and one line says
+    so. A knob the run leaves unstated (min_tokens) stays the seat's. The real local engine, over HTTP."""
+    from verifiers_rl.envs.rollouts import generate_states
+    from verifiers_rl.inference import local_http
+    from verifiers_rl.v1 import load_v1_environment
+
+    bodies = []
+    inner = local_http.LocalHTTPServer.generate
+    monkeypatch.setattr(local_http.LocalHTTPServer, "generate",
+                        lambda self, body, request_id=None: bodies.append(body) or inner(self, body, request_id))
+    engine = _engine(tiny_model_dir)
+    seat = {"sampling": {"temperature": 0.3, "max_tokens": 64, "min_tokens": 2}}
+    env = load_v1_environment({"taskset": {"id": "v1_tiny_reverse", "words": ["cat"]}, "agent": seat},
+                              path=FIXTURES)
+    try:
+        (state,) = asyncio.run(generate_states(env, env.get_dataset().to_list(), engine.client, "policy",
+                                               {"temperature": 1.0, "max_tokens": 8}, rollouts_per_example=1,
+                                               max_concurrent=1, max_seq_len=1024))
+    finally:
+        env.close()
+    assert state["error"] is None, state["error"]
+    (body,) = bodies
+    params = body["sampling_params"]
+    assert (params["temperature"], params["max_tokens"], params["min_tokens"]) == (1.0, 8, 2), params
+    assert "seat 'agent': sampling temperature = 0.3 (run: 1.0), max_tokens = 64 (run: 8) replaced by the run's" \
+        in capsys.readouterr().err
+
 # --- a multi-turn, two-agent env (tests/fixtures/v1_tiny_duel) with scripted replies ----------------------------
 def duel_reply(prompt: str) -> str:
     """The script: the second player's first move at total 1 is not a move (asked again: the retry turn), its

@@ -132,7 +132,28 @@ class V1Environment:
         if not renderer:
             raise ValueError("a v1 environment needs the policy's tokenizer: pass renderer_model_name=")
         self._announce(base_url)
-        return model_context(base_url, model, renderer, sampling_args, renderer_config=self.renderer)
+        ctx = model_context(base_url, model, renderer, sampling_args, renderer_config=self.renderer)
+        self._run_sampling_wins(ctx.sampling)
+        return ctx
+
+    def _run_sampling_wins(self, sampling: Any) -> None:
+        """The run's sampling over a seat's own (`<seat>.sampling` in the v1 config) for each knob the run states, as
+        a classic environment's sampling_args yield to the run's: verifiers merges the seat's values over the run's,
+        and a trainer would then score log-probs under sampling the policy was not sampled with. The seat's other
+        knobs stay; one line names what was replaced."""
+        stated = set(sampling.model_dump(exclude_unset=True))
+        for seat in self.seats:
+            agent = getattr(self.config, seat)
+            own = agent.sampling.model_dump(exclude_unset=True) if agent.sampling is not None else {}
+            replaced = {k: v for k, v in own.items() if k in stated}
+            if not replaced:
+                continue
+            agent.sampling = type(sampling)(**{k: v for k, v in own.items() if k not in stated})
+            from verifiers_rl.env_output import console_stderr
+
+            knobs = ", ".join(f"{k} = {v!r} (run: {getattr(sampling, k, None)!r})" for k, v in replaced.items())
+            print(f"v1 env {self.env_id!r}, seat {seat!r}: sampling {knobs} replaced by the run's values, which the "
+                  "trainer scores log-probs with (set them as the run's sampling instead)", file=console_stderr())
 
     def _served_root(self, base_url: str) -> str | None:
         """The base model a vLLM server was started from (its `/v1/models` root): the train client's tokenizer."""
