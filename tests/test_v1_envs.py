@@ -251,6 +251,33 @@ def test_a_multi_turn_rollout_counts_the_model_turns_and_tokens_verifiers_counts
     # the rest of the context: prompt and the other side's turns (verifiers: total - output tokens)
     assert lengths.input.tolist() == [len(s["tokens"]["input_ids"]) - n for s, n in zip(ours, sampled)]
 
+
+def test_a_seat_that_plays_several_times_beside_another_seat_trains_every_run(tiny_model_dir):
+    """verifiers' proposer_solver shape (tests/fixtures/v1_tiny_solvers, scripted): the `proposer` seat plays once,
+    the `solver` seat three times per episode. The solver's state holds all three runs (a sample each, the reward
+    their mean), as a single seat that plays several times does, not only the last run's."""
+    config = {"taskset": {"id": "v1_tiny_solvers"}, "proposer": {"runtime": {"type": "subprocess"}},
+              "solver": {"runtime": {"type": "subprocess"}}}
+
+    def reply(prompt: str) -> str:
+        if "Spell backwards: cat" in prompt:
+            return "tac"
+        return "cat" if "animals" in prompt else ("lake" if "rivers" in prompt and "Spell" not in prompt else "no")
+
+    theirs, ours, seats = _both_drivers(tiny_model_dir, config, FIXTURES, reply, 2)
+    assert seats == ["proposer", "solver"] and len(ours) == 4
+    for game, ep in enumerate(theirs):
+        assert ep.ok, ep.errors
+        runs = {seat: [t for t in ep.traces if t.agent.name == seat] for seat in seats}
+        assert [len(runs[s]) for s in seats] == [1, 3]
+        for seat_i, seat in enumerate(seats):
+            state = ours[2 * game + seat_i]
+            assert state["error"] is None and state["info"]["agent"] == seat, state["error"]
+            assert len(state["trajectory"]) == len(runs[seat])  # every run a sample
+            assert state["reward"] == pytest.approx(sum(t.reward for t in runs[seat]) / len(runs[seat]))
+    # game 0 (animals): every solver run is right, the proposer's share 1; game 1 (rivers): none, share 0
+    assert [s["reward"] for s in ours] == [1.0, 1.0, 0.0, 0.0]
+
 TRAIN = """
 import json, sys
 import torch

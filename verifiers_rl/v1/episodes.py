@@ -92,15 +92,18 @@ def episode_states(episode: Any, row: dict, seats: list[str]) -> list[dict]:
         if len(traces) > 1:  # the seat played several times in one episode (e.g. a retry loop)
             return [merged_state(episode, traces, row)]
         return [trace_state(episode, traces[0] if traces else None, row)]
-    by_seat = {getattr(t.agent, "name", None): t for t in episode.traces}
-    return [trace_state(episode, by_seat.get(seat), row, seat) for seat in seats]
+    by_seat: dict[Any, list[Any]] = {}
+    for t in episode.traces:  # a seat may play several times (verifiers' proposer_solver: n solver runs)
+        by_seat.setdefault(getattr(t.agent, "name", None), []).append(t)
+    return [merged_state(episode, by_seat[seat], row, seat) if len(by_seat.get(seat, [])) > 1
+            else trace_state(episode, (by_seat.get(seat) or [None])[0], row, seat) for seat in seats]
 
 
-def merged_state(episode: Any, traces: list[Any], row: dict) -> dict:
+def merged_state(episode: Any, traces: list[Any], row: dict, seat: str | None = None) -> dict:
     """One state for a seat that played several traces in one episode: one sample per trace, all with the
     episode's advantage, its reward the mean of the traces'."""
 
-    states = [trace_state(episode, t, row) for t in traces]
+    states = [trace_state(episode, t, row, seat) for t in traces]
     out = dict(states[0])
     out["trajectory"] = [step for s in states for step in s["trajectory"]]
     out["reward"] = sum(s["reward"] for s in states) / len(states)
