@@ -74,6 +74,32 @@ def test_a_v1_eval_config_is_its_env_block_with_the_v1_api(tmp_path):
                                         "agent": {"max_turns": 4, "harness": {"id": "null"}}}
 
 
+# verifiers 0.4's own names for the same settings: its EvalConfig bounds the tasks by [select] limit (the `-n` flag,
+# `n` in a file too) and takes rollouts_per_example / group_size / r for num_rollouts, c for max_concurrent; 0.4
+# refuses num_tasks (0.3's name, kept above)
+V1_04 = """
+model = "tiny"
+rollouts_per_example = 3
+c = 4
+
+[select]
+limit = 2
+
+[env.taskset]
+id = "alphabet-sort"
+"""
+
+
+def test_a_v1_eval_config_in_verifiers_0_4_names_is_read(tmp_path):
+    (run,) = runs(tmp_path, V1_04, at=True)
+    assert (run.env_id, run.api, run.model, run.num_examples, run.rollouts_per_example, run.max_concurrent) == \
+        ("alphabet-sort", "v1", "tiny", 2, 3, 4)
+    (run,) = runs(tmp_path, V1_04.replace("limit = 2", "n = 5").replace("rollouts_per_example", "group_size"), at=True)
+    assert (run.num_examples, run.rollouts_per_example) == (5, 3)
+    # select's other keys vf-eval cannot honour are still one line naming them
+    with pytest.raises(EvalConfigError, match="select.skip: not supported by vf-eval"):
+        runs(tmp_path, V1_04.replace("limit = 2", "skip = 1"), at=True)
+
 @pytest.mark.parametrize("text, line", [
     (CLASSIC.replace('id = "math-python"', 'id = "math-python"\nextra_env_kwargs = {max_turns = 3}'),
      "eval.1.extra_env_kwargs: not supported by vf-eval"),

@@ -16,8 +16,12 @@ CLASSIC = {"id": "env_id", "env_id": "env_id", "args": "env_args", "env_args": "
            "sampling": "sampling_args", "sampling_args": "sampling_args", "seed": "seed", "shuffle_seed": "seed",
            "base_url": "base_url", "api_base_url": "base_url", "api_key_var": "api_key_var",
            "save_results": "save_results", "output_dir": "output_dir"}
-V1 = {"model": "model", "num_tasks": "num_examples", "num_rollouts": "rollouts_per_example",
-      "max_concurrent": "max_concurrent", "sampling": "sampling_args"}
+# verifiers' v1 EvalConfig keys with their aliases, 0.4's and 0.3's (0.4 bounds the tasks by [select] limit / n)
+V1 = {"model": "model", "m": "model", "num_tasks": "num_examples", "num_examples": "num_examples",
+      "batch_size": "num_examples", "n": "num_examples", "num_rollouts": "rollouts_per_example",
+      "rollouts_per_example": "rollouts_per_example", "group_size": "rollouts_per_example", "r": "rollouts_per_example",
+      "max_concurrent": "max_concurrent", "c": "max_concurrent", "sampling": "sampling_args"}
+V1_SELECT = {"limit": "num_examples", "n": "num_examples"}
 CLIENT = {"base_url": "base_url", "api_key_var": "api_key_var"}
 # vf-eval's argument → the type a config file gives it (its flags' types; a table or its JSON string)
 ARG_TYPES: dict[str, Any] = {"num_examples": int, "rollouts_per_example": int, "max_tokens": int, "temperature": float,
@@ -71,9 +75,9 @@ def _entries(raw: dict[str, Any]) -> list[dict[str, Any]]:
         env_id = env.get("id") or taskset.get("id")
         if not env_id:
             raise EvalConfigError("env.taskset.id: required (the taskset to evaluate)")
-        rest = {k: v for k, v in raw.items() if k not in ("env", "client")}
-        return [{**_take(rest, V1, ""), **_take(raw.get("client") or {}, CLIENT, "client."), "env_id": env_id,
-                 "env_args": env, "api": "v1"}]
+        rest = {k: v for k, v in raw.items() if k not in ("env", "client", "select")}
+        return [{**_take(rest, V1, ""), **_take(raw.get("select") or {}, V1_SELECT, "select."),
+                 **_take(raw.get("client") or {}, CLIENT, "client."), "env_id": env_id, "env_args": env, "api": "v1"}]
     evals = raw.get("eval")
     if not isinstance(evals, list) or not evals:
         raise EvalConfigError("eval: no [[eval]] table (one per environment: id = \"...\"), and no v1 [env] block")
