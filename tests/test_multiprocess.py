@@ -46,9 +46,10 @@ def start(model: Path, out: Path, phase: str) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def two_ranks(tiny_model_dir, tmp_path_factory) -> Path:
-    """One 2-process launch: the fixed-batch updates (LoRA / full x DDP / FSDP2) and the uneven-drop run."""
+    """One 2-process launch: the fixed-batch updates (LoRA / full x DDP / FSDP2), the uneven-drop run and the
+    one-prompt run."""
     out = tmp_path_factory.mktemp("mp") / "two"
-    torchrun(tiny_model_dir, out, "update", "drop-all")
+    torchrun(tiny_model_dir, out, "update", "drop-all", "one-prompt")
     return out
 
 
@@ -88,6 +89,15 @@ def test_uneven_drops_keep_training(two_ranks):
     """Rank 1's rollouts are all dropped on every step (FSDP2, full fine-tuning): it pads with zero-weight
     micro-batches and the run reaches its last step."""
     assert json.loads((two_ranks / "drop-all.json").read_text())["step"] == 3
+
+
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
+def test_ranks_sample_different_replies_to_the_same_prompt(two_ranks):
+    """The local engine's sampling is seeded per step and per rank (as TRL seeds each device): one prompt's two
+    groups, one on each rank, get different replies, as one process's two groups of it do."""
+    replies = [(two_ranks / f"one-prompt-rank{r}.txt").read_text().splitlines() for r in (0, 1)]
+    assert len(replies[0]) == len(replies[1]) == 4
+    assert replies[0] != replies[1], f"both ranks sampled the same replies: {replies[0]}"
 
 
 def free_port() -> int:

@@ -124,11 +124,12 @@ def setup_inference(trainer: Any, plan: Any, server_config: Any) -> None:
         p, model=trainer.served_model(), tokenizer=trainer.processing_class, args=args, server_config=server_config,
         is_main=trainer.is_world_process_zero()), args.world_size)
     inline = trainer.inference.inline
-    seed = args.seed
+    seed, rank = args.seed, args.process_index
 
     def before_generate(step: int) -> None:
-        # Sampling from the shared policy is seeded per step, so a resumed run replays it exactly.
-        torch.manual_seed(seed * 100_003 + step)
+        # Sampling from the shared policy is seeded per step, so a resumed run replays it exactly; and per rank, as
+        # TRL seeds each device: with one seed, ranks drew the same samples (a prompt on two ranks, the same replies).
+        torch.manual_seed(seed * 100_003 + step + rank * 1_000_000_007)
 
     trainer.policy_client = OpenAIChatCompletionsClient(trainer.inference.client, allow_empty=args.keep_empty_replies)
     client, model_name = trainer.mode.generation(trainer.policy_client, trainer.inference.model_name)  # sft: teacher's
