@@ -147,6 +147,30 @@ def test_checkpoint_at_2_resumed_to_4_equals_straight_4(counted_and_resumed, nam
     assert got["max_abs_diff"] <= 1e-6
 
 
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
+def test_an_fsdp2_checkpoint_resumed_by_one_process_is_refused_in_one_line(counted_and_resumed, tiny_model_dir,
+                                                                           tmp_path):
+    """The 2-process FSDP2 run's checkpoint (one optimizer shard per rank) resumed by one process without FSDP2:
+    one line naming what it needs, before a step (it resumed with a fresh optimizer, in silence)."""
+    import shutil
+
+    sys.path.insert(0, str(WORKER.parent))
+    import multiprocess_worker
+
+    import verifiers_rl as vf
+    from verifiers_rl.errors import ConfigError
+
+    shutil.copytree(counted_and_resumed / "full-fsdp-resumed" / "checkpoint-2", tmp_path / "checkpoint-2")
+    t = vf.RLTrainer(str(tiny_model_dir), multiprocess_worker.make_env(),
+                     multiprocess_worker.config(tmp_path, max_steps=4, save_steps=2, use_lora=False))
+    try:
+        with pytest.raises(ConfigError, match=r"sharded over 2 FSDP2 processes .*this run: 1 process, no FSDP2"):
+            t.train(resume_from_checkpoint=True)
+        assert t.state.global_step == 0
+    finally:
+        t.close()
+
+
 def _ranks(out: Path) -> dict[int, int]:
     return {r: int((out / f"pid-{r}").read_text()) for r in (0, 1) if (out / f"pid-{r}").exists()}
 

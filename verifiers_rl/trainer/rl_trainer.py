@@ -20,6 +20,7 @@ from verifiers_rl.trainer.config import RLConfig
 from verifiers_rl.trainer.hf_hooks import TrainerHooks, check_hooks
 from verifiers_rl.trainer.model_loading import load_policy
 from verifiers_rl.trainer.run_settings import export_wandb_env
+from verifiers_rl.trainer.sharding import check_resume_layout
 from verifiers_rl.trainer.step import StepRunner, merge_pending, print_samples
 
 
@@ -135,6 +136,8 @@ class RLTrainer(TrainerHooks, Trainer):
         if eval_on_start and not resume_from_checkpoint:
             self.run_eval()
         if resume_from_checkpoint:
+            check_resume_layout(resume_from_checkpoint, self.sharded is not None and self.sharded.applied,
+                                self.args.world_size)
             checkpoints.load_rl_state(self, resume_from_checkpoint)
         # HF Trainer reads the same field to run its own (dataset-based) evaluate: ours replaces it.
         self.args.eval_on_start = False

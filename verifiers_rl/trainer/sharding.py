@@ -160,6 +160,25 @@ def save_optimizer_shard(optimizer: Any, output_dir: str, rank: int) -> None:
                os.path.join(output_dir, OPTIMIZER_SHARD.format(rank=rank)))
 
 
+def check_resume_layout(checkpoint: str, sharded_here: bool, world: int) -> None:
+    """One-line ConfigError when the checkpoint's optimizer state does not fit this run: FSDP2 shards (one file per
+    rank) need FSDP2 on as many processes; one process's optimizer.pt cannot be split into shards here. Otherwise
+    transformers resumed with a fresh optimizer in silence, or a rank failed on a missing file."""
+    import glob
+
+    shards = len(glob.glob(os.path.join(checkpoint, OPTIMIZER_SHARD.format(rank="*"))))
+    here = f"this run: {world} process{'es' if world > 1 else ''}, {'FSDP2' if sharded_here else 'no FSDP2'}"
+    if shards and (not sharded_here or shards != world):
+        raise ConfigError(
+            f"resume_from_checkpoint={checkpoint}: its optimizer state is sharded over {shards} FSDP2 processes "
+            f"(optimizer.rank*.pt; {here}); resume it with {shards} training processes and fsdp=True, "
+            "fsdp_config={'version': 2}, or start a new run from its weights (model=<that checkpoint>)")
+    if not shards and sharded_here and os.path.isfile(os.path.join(checkpoint, "optimizer.pt")):
+        raise ConfigError(
+            f"resume_from_checkpoint={checkpoint}: its optimizer state is one unsharded optimizer.pt ({here}); "
+            "resume it without fsdp, or start a new run from its weights (model=<that checkpoint>)")
+
+
 def load_optimizer_shard(optimizer: Any, checkpoint: str, rank: int) -> None:
     import torch
     from torch.distributed.tensor import DTensor
