@@ -300,3 +300,20 @@ def test_supervise_reports_a_server_that_dies(tmp_path):
     rec = runs.read_run(out)
     assert rec["status"] == "failed" and "inference exited with code 3" in rec["error"]
     assert "boom" in (out / "logs" / "inference.log").read_text()
+
+
+def test_a_failed_run_points_at_its_own_rank_logs_not_an_earlier_runs(tmp_path, capsys):
+    """A run that fails in an output dir an earlier 2-process run used (a resume): the rank log that run left is
+    not named as this failure's (it was, and held none of its error)."""
+    from verifiers_rl.launch import supervise
+    from verifiers_rl.launching.planning import RANK_LOGS
+
+    out = tmp_path / "run"
+    earlier = out / "logs" / RANK_LOGS / "earlier-run" / "attempt_0" / "1" / "stderr.log"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("a warning of the earlier run\n")
+    os.utime(earlier, (time.time() - 600, time.time() - 600))
+    _launch_spec(out, [{"name": "trainer", "cmd": [sys.executable, "-c", "import sys; sys.exit(2)"], "env": {}}])
+    assert supervise(out, echo=False) == 2  # the trainer's exit code
+    assert runs.read_run(out)["status"] == "failed"
+    assert str(earlier) not in capsys.readouterr().err

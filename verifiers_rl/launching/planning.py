@@ -29,10 +29,14 @@ def rank_log_args(world_size: int, logs_dir: Path | None) -> list[str]:
     return ["--log-dir", str(logs_dir / RANK_LOGS), "--redirects", ",".join(f"{r}:3" for r in range(1, world_size))]
 
 
-def rank_stderr_logs(logs_dir: Path) -> list[Path]:
-    """The ranks' non-empty stderr files (where a rank other than 0 left its traceback)."""
+def rank_stderr_logs(logs_dir: Path, since: float = 0.0) -> list[Path]:
+    """The ranks' non-empty stderr files written at or after `since` (a launch's start: an earlier run of the output
+    dir left its own), where a rank other than 0 left its traceback."""
     root = logs_dir / RANK_LOGS
-    return sorted(p for p in root.glob("*/attempt_*/*/stderr.log") if p.stat().st_size) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("*/attempt_*/*/stderr.log")
+                  if (st := p.stat()).st_size and st.st_mtime >= since)
 
 
 def build_processes(plan: RunPlan, config_path: Path, logs_dir: Path | None = None) -> list[Process]:

@@ -155,6 +155,7 @@ def supervise(output_dir: str | Path, echo: bool = True) -> int:
     from verifiers_rl.runs import now_iso, proc_start_ticks, update_run
 
     out = Path(output_dir)
+    started = time.time()  # rank logs older than this are an earlier run's
     spec = json.loads((out / "configs" / LAUNCH_FILE).read_text())
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -185,7 +186,7 @@ def supervise(output_dir: str | Path, echo: bool = True) -> int:
     if status == "failed":
         from verifiers_rl.launching.planning import rank_stderr_logs
 
-        for path in rank_stderr_logs(logs):  # a rank other than 0 failed: its traceback is in its own file
+        for path in rank_stderr_logs(logs, since=started):  # a rank other than 0 failed: its traceback is there
             print(f"rank output: {path}", file=sys.stderr, flush=True)
     return rc
 
