@@ -23,6 +23,7 @@ def _checkpoint(out: Path, step: int, complete: bool = True) -> Path:
     d = out / f"checkpoint-{step}"
     d.mkdir(parents=True)
     (d / "adapter_model.safetensors").write_bytes(b"x")
+    (d / "scheduler.pt").write_bytes(b"x")  # the optimizer's and scheduler's state: a checkpoint resume can take
     if complete:
         (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     return d
@@ -146,6 +147,26 @@ def test_a_resumed_run_continues_metrics_jsonl_with_one_record_per_step(tiny_mod
     assert last_metrics(tmp_path) == (3, records[-1]["reward/all/mean"])
     vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, **cfg)).train(resume_from_checkpoint=True)
     assert read_metrics(tmp_path) == records
+
+
+@pytest.mark.integration  # trains for seconds in-process
+def test_a_save_only_model_checkpoint_is_refused_as_a_resume_point(tiny_model_dir, tmp_path):
+    """A save_only_model=True checkpoint holds the weights only (transformers: it cannot be resumed): resuming it is
+    one line, in a script and from vf-rl before launch (it resumed with a new optimizer and the schedule's first
+    learning rates, in silence)."""
+    cfg = dict(max_steps=1, save_steps=1, save_only_model=True)
+    vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, **cfg)).train()
+    ckpt = tmp_path / "checkpoint-1"
+    assert (ckpt / "trainer_state.json").exists() and not (ckpt / "scheduler.pt").exists()
+    resumed = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, **{**cfg, "max_steps": 2}))
+    with pytest.raises(ValueError, match=r"^resume_from_checkpoint=True: .*checkpoint-1 was saved with "
+                                         r"save_only_model=True"):
+        resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 0
+    _, raw, opts = parse_args(["--model", "m", "--env.id", "reverse-text", "--output-dir", str(tmp_path),
+                               "--trainer.args.resume-from-checkpoint", "1"])
+    with pytest.raises(ConfigError, match=r"^trainer.args.resume_from_checkpoint=1: .*save_only_model=True"):
+        resolve_run(raw, opts, check_environments=False)
 
 
 @pytest.mark.vllm

@@ -55,8 +55,25 @@ def latest_checkpoint(output_dir: str) -> str | None:
     return next((p for _, p in reversed(checkpoints(output_dir)) if is_complete(p)), None)
 
 
+def weights_only(path: str) -> bool:
+    """Saved with `save_only_model=True`: the model and trainer_state.json, no optimizer, scheduler or RNG state
+    (transformers writes scheduler.pt with every other checkpoint)."""
+    return is_complete(path) and not os.path.isfile(os.path.join(path, "scheduler.pt"))
+
+
 def resolve_resume(output_dir: str, value: Any) -> str | None:
-    """`resume_from_checkpoint` → a checkpoint path (None: start fresh); ValueError in one line when there is none."""
+    """`resume_from_checkpoint` → a checkpoint path (None: start fresh); ValueError in one line when there is none,
+    or when it holds the weights only (transformers resumed from it with a new optimizer and the schedule's first
+    learning rates, in silence)."""
+    path = _resume_path(output_dir, value)
+    if path is not None and weights_only(path):
+        raise ValueError(f"resume_from_checkpoint={value!r}: {path} was saved with save_only_model=True (the weights "
+                         "only: no optimizer, scheduler or RNG state), which cannot be resumed; resume from a "
+                         "checkpoint saved without it, or start a new run from its weights (model=<that path>)")
+    return path
+
+
+def _resume_path(output_dir: str, value: Any) -> str | None:
     if value is None or value is False:
         return None
     if any(value is v or (type(value) is type(v) and value == v) for v in _LATEST):
