@@ -14,6 +14,7 @@ from dataclasses import replace
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -565,6 +566,60 @@ def test_rl_trainer_through_vllm_with_lora_sync_and_its_checkpoint_loads(server,
         trainer.close()
     resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["policy/staleness"] for r in resumed if r.get("step") == 4 and "policy/staleness" in r] == [0]
+
+
+def generated_lengths(url: str, model_dir, output_dir, **overrides) -> tuple[list[int | None], list[int]]:
+    """One RL step against the server at `url` with max_tokens None and max_seq_len 128: (the client's max_tokens
+    caps, the tokens the server says it generated for each request)."""
+    args = make_config(output_dir, vllm_server_urls=[url], max_steps=1, max_tokens=None, max_prompt_len=64,
+                       max_async_level=0, **overrides)
+    trainer = vf.RLTrainer(str(model_dir), make_env(), args)
+    client = trainer.inference.client
+    create, generated = client.chat.completions.create, []
+
+    async def counted(**kw):  # the server's own count of the tokens it generated for each request
+        resp = await create(**kw)
+        generated.append(resp.usage.completion_tokens)
+        return resp
+
+    client.chat.completions.create = counted
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    return client.max_tokens_caps, generated
+
+
+@pytest.mark.vllm
+@requires_vllm
+def test_max_tokens_none_stops_at_max_seq_len_on_a_server_with_a_longer_context(server, tiny_model_dir, tmp_path):
+    """max_tokens None means 'up to max_seq_len minus the prompt'. A server run by hand serves its model's whole
+    context (4096 here): a request naming no max_tokens generated up to it (510 tokens seen for a 128-token
+    max_seq_len, cut to 77 by the trainer); it now names max_seq_len, so the server stops there."""
+    caps, generated = generated_lengths(server.url, tiny_model_dir, tmp_path / "run")
+    assert caps == [128]
+    assert len(generated) == 8 and max(generated) <= 128, generated
+
+
+@pytest.mark.slow  # starts a server of its own (30-100 s here)
+@pytest.mark.vllm
+@requires_vllm
+def test_max_tokens_none_is_not_the_checkpoints_max_new_tokens(tiny_model_dir, tmp_path):
+    """A server started as vLLM starts by default (--generation-config auto) takes a checkpoint's max_new_tokens as
+    the max_tokens of a request that names none: with max_tokens None every completion stopped at 4 tokens. Requests
+    now name max_seq_len (128), so the trainer's limit is the one that applies."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    config = json.loads((model_dir / "generation_config.json").read_text())
+    (model_dir / "generation_config.json").write_text(json.dumps({**config, "max_new_tokens": 4}))
+    cfg = _server_config(model_dir, tmp_path / "auto.log")
+    auto = VLLMServer(replace(cfg, args={**cfg.args, "generation_config": "auto"})).start()
+    try:
+        caps, generated = generated_lengths(auto.url, model_dir, tmp_path / "run")
+    finally:
+        auto.stop()
+    assert caps == [128]
+    assert len(generated) == 8 and max(generated) > 4 and max(generated) <= 128, generated
 
 
 @pytest.mark.slow  # starts a server of its own (30-100 s here)

@@ -89,6 +89,7 @@ class VLLMBackend(Inference):
                 base_name = _served_base_model(client)
                 if is_main:  # one check per run (several training processes share the servers)
                     _check_logprobs_mode(client, base_name, args)
+            client.max_tokens_caps = [_max_tokens_cap(client, idx, args.max_seq_len) for idx in range(len(urls))]
             explicit = cfg.sync_dir or os.environ.get(SYNC_DIR_ENV_VAR)
             sync_dir, own = (Path(explicit), False) if explicit else (Path(args.output_dir) / ".vllm-sync", True)
             syncer = _syncer(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
@@ -218,6 +219,20 @@ def _served_base_model(client: VLLMClient) -> str:
     if not models:
         raise VLLMLaunchError(f"vLLM server {client.roots[0]} serves no base model")
     return str(models[0]["id"])
+
+
+def _max_tokens_cap(client: VLLMClient, idx: int, max_seq_len: int) -> int | None:
+    """The max_tokens of a request that names none (RLConfig.max_tokens None: up to max_seq_len minus the prompt):
+    max_seq_len, or the server's context (`max_model_len` in its /v1/models) where that is shorter (vLLM refuses a
+    max_tokens above it). Left out, a server run by hand generated up to its own context, which the trainer then cut
+    to max_seq_len, or stopped at its checkpoint's `max_new_tokens` (vLLM's default --generation-config auto reads
+    it). None (the server's limits apply) when the server does not say its context."""
+    try:
+        models = client.get_json(idx, "/v1/models").get("data", [])
+        context = max(int(m["max_model_len"]) for m in models if not m.get("parent") and m.get("max_model_len"))
+    except Exception:  # noqa: BLE001 - not reported: no cap, the server's own limits apply as before
+        return None
+    return min(max_seq_len, context)
 
 
 def _check_logprobs_mode(client: VLLMClient, model: str, args: Any) -> None:
