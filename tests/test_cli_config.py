@@ -164,6 +164,11 @@ def test_env_file_paths_are_relative_to_the_config_file(tmp_path):
     ({**BASE, "env": [{"id": "a"}, {"id": "x/a", "ratio": 0.5}]}, "env: two [[env]] entries are named 'a'"),
     ({**BASE, "env": [{"id": "a", "ratoi": 1}]}, "env.0.ratoi: unknown key (did you mean env.0.ratio?)"),
     ({**BASE, "inference": {"backend": "local", "urls": ["http://h:1/v1"]}}, "inference.urls: set, but"),
+    # flags of a server vf-rl would start, beside servers it starts none of: refused, not silently dropped
+    ({**BASE, "inference": {"urls": ["http://h:1/v1"], "args": {"max_model_len": 4096}}},
+     "inference.args: is for the server vf-rl starts, and with inference.urls none is started"),
+    ({**BASE, "inference": {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+      "trainer": {"args": {"vllm_server_urls": ["http://h:1/v1"]}}}, "inference.env: is for the server vf-rl starts"),
     ({**BASE, "inference": {"gpus": [0, 0]}}, "inference.gpus: [0, 0] must be distinct"),
     ({**BASE, "trainer": {"gpus": -1}}, "trainer.gpus: -1 must be >= 0"),
     ({**BASE, "eval": {"interval": 0}}, "eval.interval: 0 must be >= 1"),

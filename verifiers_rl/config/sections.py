@@ -77,7 +77,8 @@ class InferenceSection(Section):
     args: dict[str, Any] = Field(default_factory=dict, description="vLLM server flags: key → --key (true → bare "
                                  "flag, false → omitted, list → repeated values)")
     urls: list[str] = Field(default_factory=list, description="base URLs of already-running servers (nothing is "
-                            "started); → trainer.args.vllm_server_urls")
+                            "started: args, env, python and gpu_memory_utilization are refused beside them); → "
+                            "trainer.args.vllm_server_urls")
     python: str | None = Field(None, description="Python that runs the server (a venv with vLLM); default: "
                                "$VF_VLLM_PYTHON, else .vllm-venv/bin/python, else this one")
     host: str = Field("127.0.0.1", description="host the started server binds to")

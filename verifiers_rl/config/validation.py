@@ -39,6 +39,10 @@ def cross_checks(cfg: RunConfig) -> None:
     tu = targs.get("vllm_server_urls")
     if tu is not None and inf.urls and (tu if isinstance(tu, list) else [tu]) != inf.urls:
         raise ConfigError("trainer.args.vllm_server_urls: conflicts with inference.urls; set only inference.urls")
+    for_started = next((k for k in ("args", "env", "python", "gpu_memory_utilization") if getattr(inf, k)), None)
+    if for_started and (inf.urls or tu):
+        raise ConfigError(f"inference.{for_started}: is for the server vf-rl starts, and with inference.urls none is "
+                          "started (those servers keep the flags they were started with); drop it, or drop urls")
     _check_mode(cfg)
     tm = cfg.tiny_model
     problem = tm and shape_problem(tm.layers, tm.hidden, tm.heads, tm.kv_heads, tm.intermediate)
