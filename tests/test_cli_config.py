@@ -189,6 +189,8 @@ def test_one_entry_env_array_is_the_same_as_env_table():
     ({"learnig_rate": 1e-5}, "trainer.args.learnig_rate: unknown key (did you mean trainer.args.learning_rate?)"),
     ({"num_generations": 8}, "trainer.args.num_generations: unknown key (TRL's GRPOConfig name: set "
      "rollouts_per_example)"),
+    ({"generation_kwargs": {"top_k": 20}}, "trainer.args.generation_kwargs: unknown key (TRL's GRPOConfig name: set "
+     "temperature, top_p, top_k, min_p"),  # it was pointed at generation_timeout ('did you mean')
     ({"max_steps": "ten"}, "trainer.args.max_steps: expected int, got 'ten'"),
     ({"use_lora": "yes"}, "trainer.args.use_lora: expected bool (true/false), got 'yes'"),
     ({"temperature": None}, "trainer.args.temperature: expected float, got None"),

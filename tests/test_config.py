@@ -197,7 +197,13 @@ def test_validators_raise_one_clear_line(tmp_path, kwargs, match):
                                               "the loss table's importance_sampling_mode"),
                                              ("vespo_k_pos", 2.0, "the loss table's k_pos (loss = {type = 'vespo'"),
                                              ("num_generations_eval", 4, "eval_rollouts_per_example"),
-                                             ("steps_per_generation", 2, "nothing: each batch of rollouts")])
+                                             ("steps_per_generation", 2, "nothing: each batch of rollouts"),
+                                             # TRL's vLLM settings: 'unexpected keyword' / vf-rl's 'did you mean
+                                             # generation_timeout?' before
+                                             ("generation_kwargs", {"top_k": 20}, "temperature, top_p, top_k"),
+                                             ("vllm_gpu_memory_utilization", 0.5,
+                                              "[inference] gpu_memory_utilization"),
+                                             ("vllm_max_model_length", 1024, "max_seq_len")])
 def test_a_trl_name_says_what_sets_it_here(tmp_path, key, value, hint):
     with pytest.raises(TypeError) as err:
         make(tmp_path, **{key: value})

@@ -36,6 +36,10 @@ TRL_NAMES = {
     "steps_per_generation": "nothing: each batch of rollouts is one optimizer step",
     "log_completions": "sample_log_interval", "reward_weights": "the environment rubric's weights",
     "num_generations_eval": "eval_rollouts_per_example", "vllm_server_base_url": "vllm_server_urls",
+    "generation_kwargs": "temperature, top_p, top_k, min_p (every request states them: docs/vllm.md)",
+    "vllm_max_model_length": "max_seq_len", "vllm_gpu_memory_utilization": "[inference] gpu_memory_utilization",
+    **{f"vllm_{k}": f"[inference.args] {k} (a script: VLLMServerConfig args)" for k in
+       ("tensor_parallel_size", "model_impl")},
     "vllm_importance_sampling_correction": "the loss table's importance_sampling_mode (loss = {type = 'grpo', "
                                            "importance_sampling_mode = ...}; 'none': off)",
     **{name: "nothing: not supported here (docs/training.md#choosing-a-loss)"
