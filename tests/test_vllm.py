@@ -601,6 +601,17 @@ def test_max_tokens_none_stops_at_max_seq_len_on_a_server_with_a_longer_context(
     assert len(generated) == 8 and max(generated) <= 128, generated
 
 
+@pytest.mark.vllm
+@requires_vllm
+def test_max_tokens_above_the_servers_context_is_one_line_before_any_rollout(server, tiny_model_dir, tmp_path):
+    """vLLM refuses a max_tokens above its max_model_len (4096 here) in every request: the run went on to three steps
+    of errored rollouts (and a reward function failing on each empty completion) before it stopped."""
+    args = make_config(tmp_path / "run", vllm_server_urls=[server.url], max_tokens=5000, max_seq_len=8192)
+    with pytest.raises(VLLMLaunchError, match=r"max_tokens=5000 is above the context of vLLM server .*"
+                                              r"\(max_model_len 4096\)"):
+        vf.RLTrainer(str(tiny_model_dir), make_env(), args)
+
+
 @pytest.mark.slow  # starts a server of its own (30-100 s here)
 @pytest.mark.vllm
 @requires_vllm

@@ -89,7 +89,7 @@ class VLLMBackend(Inference):
                 base_name = _served_base_model(client)
                 if is_main:  # one check per run (several training processes share the servers)
                     _check_logprobs_mode(client, base_name, args)
-            client.max_tokens_caps = [_max_tokens_cap(client, idx, args.max_seq_len) for idx in range(len(urls))]
+            client.max_tokens_caps = _max_tokens_caps(client, args)
             explicit = cfg.sync_dir or os.environ.get(SYNC_DIR_ENV_VAR)
             sync_dir, own = (Path(explicit), False) if explicit else (Path(args.output_dir) / ".vllm-sync", True)
             syncer = _syncer(plan, client, base_name, sync_dir, is_main, args.generation_timeout)
@@ -221,18 +221,31 @@ def _served_base_model(client: VLLMClient) -> str:
     return str(models[0]["id"])
 
 
-def _max_tokens_cap(client: VLLMClient, idx: int, max_seq_len: int) -> int | None:
-    """The max_tokens of a request that names none (RLConfig.max_tokens None: up to max_seq_len minus the prompt):
-    max_seq_len, or the server's context (`max_model_len` in its /v1/models) where that is shorter (vLLM refuses a
-    max_tokens above it). Left out, a server run by hand generated up to its own context, which the trainer then cut
-    to max_seq_len, or stopped at its checkpoint's `max_new_tokens` (vLLM's default --generation-config auto reads
-    it). None (the server's limits apply) when the server does not say its context."""
+def _server_context(client: VLLMClient, idx: int) -> int | None:
+    """Server `idx`'s context (`max_model_len` in its /v1/models), or None when it does not say."""
     try:
         models = client.get_json(idx, "/v1/models").get("data", [])
-        context = max(int(m["max_model_len"]) for m in models if not m.get("parent") and m.get("max_model_len"))
-    except Exception:  # noqa: BLE001 - not reported: no cap, the server's own limits apply as before
+        return max(int(m["max_model_len"]) for m in models if not m.get("parent") and m.get("max_model_len"))
+    except Exception:  # noqa: BLE001 - not reported: the server's own limits apply
         return None
-    return min(max_seq_len, context)
+
+
+def _max_tokens_caps(client: VLLMClient, args: Any) -> list[int | None]:
+    """Per server, the max_tokens of a request that names none (RLConfig.max_tokens None: up to max_seq_len minus the
+    prompt): max_seq_len, or the server's context where that is shorter (vLLM refuses a max_tokens above it). Left
+    out, a server run by hand generated up to its own context, which the trainer then cut to max_seq_len, or stopped
+    at its checkpoint's `max_new_tokens` (vLLM's default --generation-config auto reads it). None (the server's limits
+    apply) when the server does not say its context. A max_tokens above a server's context is one line: vLLM refuses
+    every such request."""
+    caps: list[int | None] = []
+    for idx, root in enumerate(client.roots):
+        context = _server_context(client, idx)
+        if context is not None and args.max_tokens is not None and args.max_tokens > context:
+            raise VLLMLaunchError(f"max_tokens={args.max_tokens} is above the context of vLLM server {root} "
+                                  f"(max_model_len {context}): it refuses every such request; lower max_tokens, or "
+                                  "serve a longer context (--max-model-len)")
+        caps.append(None if context is None else min(args.max_seq_len, context))
+    return caps
 
 
 def _check_logprobs_mode(client: VLLMClient, model: str, args: Any) -> None:
