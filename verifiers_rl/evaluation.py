@@ -116,14 +116,14 @@ def write_jsonl(states: Iterable[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def save_results(states: list[dict[str, Any]], metadata: dict[str, Any], directory: str | Path) -> Path:
+def save_results(states: list[dict[str, Any]], summary: dict[str, float], metadata: dict[str, Any],
+                 directory: str | Path) -> Path:
     """verifiers' saved evaluation: `results.jsonl` (a row per rollout) and `metadata.json` (the run's settings and
-    its averages) in `directory`."""
+    its averages, from `summarize(states)`) in `directory`."""
     import datetime
 
     directory = Path(directory)
     write_jsonl(states, directory / "results.jsonl")
-    summary = summarize(states)
     meta = {**metadata, "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
             "avg_reward": summary["reward/mean"],
             "avg_metrics": {k.removeprefix("metrics/"): v for k, v in summary.items() if k.startswith("metrics/")},

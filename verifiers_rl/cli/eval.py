@@ -36,11 +36,13 @@ def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
                    help="JSON object of sampling parameters; its keys override -t/-T, e.g. '{\"min_tokens\": 1, "
                         "\"top_p\": 0.9}' (vLLM's extra parameters are accepted here too)")
     p.add_argument("-c", "--max-concurrent", type=int, default=32, help="rollouts in flight (-1: no limit)")
-    p.add_argument("-o", "--output", "--output-dir", dest="output", default=None, help="write one JSON object per rollout to this .jsonl file "
-                   "(with -s: the directory to save under, as verifiers' --output-dir)")
+    p.add_argument("-o", "--output", "--output-dir", dest="output", default=None,
+                   help="write one JSON object per rollout to this .jsonl file (with -s: the directory to save "
+                        "under, as verifiers' --output-dir)")
     p.add_argument("-s", "--save-results", action="store_true",
                    help="save results.jsonl and metadata.json as verifiers' vf-eval does, under "
-                        "<-o, else ./environments/<env>/outputs if it exists, else ./outputs>/evals/<env>--<model>/<id>/")
+                        "<-o, else ./environments/<env>/outputs if it exists, else ./outputs>/evals/<env>--<model>/"
+                        "<id>/")
     p.add_argument("--seed", type=int, default=None, help="shuffle the eval split with this seed")
     p.add_argument("--debug", action="store_true", help="print the traceback of a failure (also: VF_DEBUG=1)")
     return p
@@ -74,8 +76,8 @@ def _check_output(args: argparse.Namespace) -> None:
     elif out.is_dir():  # verifiers' -o is a directory
         fail(f"-o/--output: {args.output} is a directory; give the .jsonl file to write, e.g. "
              f"{out / 'results.jsonl'}, or add -s to save results.jsonl and metadata.json under it as verifiers does")
-    parent = next((p for p in (out, *out.parents) if p.exists()), None) if args.save_results else \
-        next((p for p in out.parents if p.exists()), None)
+    # the nearest existing folder the path goes through: -s writes under `out` itself, a .jsonl beside it
+    parent = next((p for p in ((out, *out.parents) if args.save_results else out.parents) if p.exists()), None)
     if parent is not None and not parent.is_dir():
         fail(f"-o/--output: {parent} is a file, not a directory; give another path for {args.output}")
 
@@ -137,7 +139,7 @@ def evaluate(args: argparse.Namespace) -> int:
                 "model": model_name, "base_url": args.base_url or "local", "num_examples": args.num_examples,
                 "rollouts_per_example": args.rollouts_per_example, "sampling_args": sampling,
                 "time": time.time() - started}
-        path = save_results(states, meta, _results_dir(args, model_name))
+        path = save_results(states, summary, meta, _results_dir(args, model_name))
         console.print(f"saved {len(states)} rollouts to {path}")
     elif args.output:
         path = write_jsonl(states, args.output)
@@ -162,8 +164,10 @@ def _results_dir(args: argparse.Namespace, model: str) -> Path:
     outputs/ when ./environments/<module> exists, else ./outputs."""
     import uuid
 
+    from verifiers_rl.envs.loading import module_name_for
+
     name = getattr(args, "name", None) or args.env_id
-    local = Path(args.env_path or "environments") / args.env_id.split("/")[-1].replace("-", "_")
+    local = Path(args.env_path or "environments") / module_name_for(args.env_id)
     base = Path(args.output) if args.output else local / "outputs" if local.is_dir() else Path("outputs")
     return base / "evals" / f"{name.replace('/', '--')}--{model.replace('/', '--')}" / uuid.uuid4().hex[:8]
 

@@ -58,7 +58,8 @@ def _take(table: dict[str, Any], keys: dict[str, str], where: str) -> dict[str, 
                 raise EvalConfigError(f"{where}{key}: {bad}")
             out[keys[key]] = value
         elif key not in IGNORED:
-            # a misspelling is near one of vf-eval's keys; verifiers' own keys it cannot honour (extra_env_kwargs) are not
+            # a misspelling is near one of vf-eval's keys; verifiers' own keys it cannot honour (extra_env_kwargs)
+            # are not
             from verifiers_rl.config.sections import close_match
 
             close = close_match(key, list(keys), cutoff=0.8)

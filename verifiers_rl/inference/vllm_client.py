@@ -49,8 +49,7 @@ def group_key(messages: Any) -> str:
 class VLLMClient:
     def __init__(self, urls: list[str], api_key: str | None = None, timeout: float = 600.0, max_retries: int = 3,
                  backoff_s: float = 0.5, max_backoff_s: float = 8.0,
-                 server_status: Callable[[int], str | None] | None = None, affinity_size: int = 8192,
-                 max_tokens_caps: list[int | None] | None = None):
+                 server_status: Callable[[int], str | None] | None = None, affinity_size: int = 8192):
         if not urls:
             raise ValueError("VLLMClient needs at least one server URL")
         pairs = [split_url(u) for u in urls]
@@ -62,8 +61,9 @@ class VLLMClient:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.server_status = server_status
-        # per server: the max_tokens of a request that names none (None: the server's own context limit applies)
-        self.max_tokens_caps = list(max_tokens_caps or [None] * len(urls))
+        # per server: the max_tokens of a request that names none (None: the server's own context limit applies);
+        # VLLMBackend sets them from each server's /v1/models
+        self.max_tokens_caps: list[int | None] = [None] * len(urls)
         self.inflight = [0] * len(urls)
         self.requests = [0] * len(urls)
         self._affinity: OrderedDict[str, int] = OrderedDict()

@@ -69,8 +69,9 @@ def _training_envs(cfg: RunConfig, load_environment: Any, say: Any = None) -> tu
     from verifiers_rl.errors import ConfigError
 
     sub_envs = []
+    drawn = _tasks_drawn(cfg)
     for i, e in enumerate(cfg.envs):
-        sub = load_environment(e.id, e.args, api=e.api, path=e.path, endless_tasks=_tasks_drawn(cfg))
+        sub = load_environment(e.id, e.args, api=e.api, path=e.path, endless_tasks=drawn)
         if without_training_rows(sub):  # before the warm-up, not after it
             key = f"env.{i}" if isinstance(cfg.env, list) else "env"
             raise ConfigError(f"{key}.id: {e.id!r} has no training dataset (its load_environment() gave "

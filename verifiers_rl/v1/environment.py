@@ -46,7 +46,7 @@ class V1Environment:
             max_tasks = endless_tasks  # a training run's draw, as prime-rl streams an endless taskset
             self.endless_note = (f"v1 taskset {self.env_id!r} is endless: this run takes its first {max_tasks} tasks "
                                  "(as many as its steps draw); [env] args.max_tasks sets another number")
-        if getattr(env.taskset, "INFINITE", False) and max_tasks is None:
+        elif getattr(env.taskset, "INFINITE", False) and max_tasks is None:
             raise ValueError(f"v1 taskset {self.env_id!r} is endless: take its first N tasks with max_tasks (vf-rl: "
                              "[env] args.max_tasks = N; vf-eval: --env-args '{\"max_tasks\": N}'; a notebook: "
                              "load_v1_environment(..., max_tasks=N))")

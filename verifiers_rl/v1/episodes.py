@@ -88,15 +88,19 @@ def episode_states(episode: Any, row: dict, seats: list[str]) -> list[dict]:
     """One state of ours per seat, in `seats` order (each advantage group is then one task x one seat); a seat
     with no trace keeps its place with `error` set."""
     if len(seats) <= 1:
-        traces = trainable_traces(episode)
-        if len(traces) > 1:  # the seat played several times in one episode (e.g. a retry loop)
-            return [merged_state(episode, traces, row)]
-        return [trace_state(episode, traces[0] if traces else None, row)]
+        return [seat_state(episode, trainable_traces(episode), row)]
     by_seat: dict[Any, list[Any]] = {}
-    for t in episode.traces:  # a seat may play several times (verifiers' proposer_solver: n solver runs)
+    for t in episode.traces:
         by_seat.setdefault(getattr(t.agent, "name", None), []).append(t)
-    return [merged_state(episode, by_seat[seat], row, seat) if len(by_seat.get(seat, [])) > 1
-            else trace_state(episode, (by_seat.get(seat) or [None])[0], row, seat) for seat in seats]
+    return [seat_state(episode, by_seat.get(seat, []), row, seat) for seat in seats]
+
+
+def seat_state(episode: Any, traces: list[Any], row: dict, seat: str | None = None) -> dict:
+    """A seat's state from its traces in the episode: a seat that played several times (a retry loop, verifiers'
+    proposer_solver's n solver runs) is merged; none left is the state with `error` set."""
+    if len(traces) > 1:
+        return merged_state(episode, traces, row, seat)
+    return trace_state(episode, traces[0] if traces else None, row, seat)
 
 
 def merged_state(episode: Any, traces: list[Any], row: dict, seat: str | None = None) -> dict:
