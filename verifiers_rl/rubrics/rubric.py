@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 import math
 import time
@@ -17,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from verifiers_rl.decorators import call_marked, marked_methods
+from verifiers_rl.decorators import call_marked, marked_methods, signature_of
 from verifiers_rl.parsers.parser import Parser
 from verifiers_rl.utils.async_utils import maybe_await, run_sync
 
@@ -49,16 +48,9 @@ def func_name(func: Callable) -> str:
     return name if isinstance(name, str) else type(func).__name__
 
 
-def _signature(func: Callable) -> inspect.Signature | None:
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):  # some builtins have none
-        return None
-
-
 def is_group_func(func: Callable) -> bool:
     """Group-level when it declares a plural argument or is annotated `-> list` (as in verifiers)."""
-    sig = _signature(func)
+    sig = signature_of(func)
     if sig is None:
         return False
     return bool(set(sig.parameters) & set(GROUP_ARGS)) or sig.return_annotation is list
@@ -66,7 +58,7 @@ def is_group_func(func: Callable) -> bool:
 
 def _select_kwargs(func: Callable, pool: dict[str, Any]) -> dict[str, Any]:
     """All of `pool` for a function taking **kwargs, else only the names it declares."""
-    sig = _signature(func)
+    sig = signature_of(func)
     if sig is None or any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
         return pool
     return {k: v for k, v in pool.items() if k in sig.parameters}

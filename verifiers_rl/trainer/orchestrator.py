@@ -64,6 +64,8 @@ class Orchestrator:
                              "dataset (it was given an eval_dataset only, or a dataset of no rows): give it a dataset "
                              "to train on, and evaluate it with eval_envs")
         self.dataset = env.get_dataset()
+        # rows read as arrow: select(indices).to_list()'s rows without a new Dataset per step (0.1 ms, not 2)
+        self._arrow_rows = self.dataset.with_format("arrow")
         # a multi-agent environment's rollout is one state per agent (envs.rollouts.per_agent): fewer examples
         agents = agents_per_rollout(env)
         if agents > 1 and (batch_size % (rollouts_per_example * agents) or (buffer is not None and buffer.active)):
@@ -87,7 +89,7 @@ class Orchestrator:
 
     # --- generation ---------------------------------------------------------------------------------
     async def _rollouts(self, indices: list[int], version: int = 0) -> list[list[dict[str, Any]]]:
-        rows = self.dataset.select(indices).to_list()
+        rows = self._arrow_rows[indices].to_pylist()
         try:
             states = await asyncio.wait_for(
                 generate_states(self.env, rows, self.client, self.model_name(), salted(self.sampling_args, version),
