@@ -130,18 +130,16 @@ class DecodeStep:
         cos, sin = self._rotary_at(x, positions, bias.shape[-1])
         K = cache.layers[0].length + 1
         bias = bias[:, :, :K]
-        lay = _layout(x.device)
-        x = lay.enter(x)
         for refs, layer in zip(self.layers, cache.layers):
-            q, k, v = self._qkv(refs, x, cos, sin, lay)
+            q, k, v = self._qkv(refs, x, cos, sin)
             keys, values = layer.update(k[:, :, None], v[:, :, None])  # [B, Hkv, K, D] each
             # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv; bias and scale fused
             scores = torch.baddbmm(bias, q.reshape(B * Hkv, H // Hkv, D), keys.reshape(B * Hkv, K, D).mT,
                                    alpha=refs.scale)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            x = lay.residual(x, lay.enter(torch.bmm(probs, values.reshape(B * Hkv, K, D)).view(B, H * D)), refs.o)
-            x = _mlp_residual(refs, x, lay)
-        return lay.leave(lay.linear(lay.rms(x, self.inner.norm), self.lm_head))
+            x = _residual_linear(x, torch.bmm(probs, values.reshape(B * Hkv, K, D)).view(B, H * D), refs.o)
+            x = _mlp_residual(refs, x)
+        return F.linear(_rms(x, self.inner.norm), self.lm_head.weight, self.lm_head.bias)
 
     def prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
                 known: tuple | None = None) -> torch.Tensor:
@@ -162,7 +160,7 @@ class DecodeStep:
         mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(
             ~allowed, torch.finfo(x.dtype).min)[:, None]  # [B, 1, T, W]; rows of queries not computed are not read
         for i, (refs, layer) in enumerate(zip(self.layers, cache.layers)):
-            q, k, v = self._qkv(refs, x, cos, sin, _Rows)
+            q, k, v = self._qkv(refs, x, cos, sin)
             if known is None:
                 kv = x.new_zeros((B * T, 2 * Hkv, D))
             else:
@@ -171,8 +169,8 @@ class DecodeStep:
             keys, values = layer.update(*kv.view(B, T, 2 * Hkv, D).transpose(1, 2).split(Hkv, dim=1))
             q = x.new_zeros((B * T, H, D)).index_copy_(0, idx, q).view(B, T, H, D).transpose(1, 2)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=refs.scale, enable_gqa=True)
-            x = _Rows.residual(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), refs.o)
-            x = _mlp_residual(refs, x, _Rows)
+            x = _residual_linear(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), refs.o)
+            x = _mlp_residual(refs, x)
         last = todo.sum(-1).cumsum(0) - 1  # each row's last column is computed (never padding or the prefix)
         return F.linear(_rms(x.index_select(0, last), self.inner.norm), self.lm_head.weight, self.lm_head.bias)
 
@@ -196,15 +194,17 @@ class DecodeStep:
             table = self._tables[(x.dtype, x.device)] = self._rotary(x, torch.arange(width, device=x.device))
         return table[0].index_select(0, positions), table[1].index_select(0, positions)
 
-    def _qkv(self, refs: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lay: type):
-        """A layer's q [n, H, D], k and v [n, Hkv, D] for the hidden states of n tokens `x` (in `lay`'s layout),
-        rotated."""
-        H, Hkv, D = self.heads, self.kv_heads, self.head_dim
-        h = lay.rms(x, refs.norm_in)
-        q, k = lay.heads(lay.linear(h, refs.q), H, D), lay.heads(lay.linear(h, refs.k), Hkv, D)
-        qk = torch.cat((q, k), dim=1) if refs.q_norm is None else lay.qk_norm(q, k, refs.q_norm, refs.k_norm)
+    def _qkv(self, refs: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """A layer's q [n, H, D], k and v [n, Hkv, D] for hidden states x [n, hidden], rotated."""
+        n, H, Hkv, D = len(x), self.heads, self.kv_heads, self.head_dim
+        h = _rms(x, refs.norm_in)
+        q = F.linear(h, refs.q.weight, refs.q.bias).view(n, H, D)
+        k = F.linear(h, refs.k.weight, refs.k.bias).view(n, Hkv, D)
+        if refs.q_norm is not None:
+            q, k = _rms(q, refs.q_norm), _rms(k, refs.k_norm)
+        qk = torch.cat((q, k), dim=1)
         q, k = torch.addcmul(qk * cos, qk.roll(D // 2, dims=-1), sin).split((H, Hkv), dim=1)
-        return q, k, lay.heads(lay.linear(h, refs.v), Hkv, D)
+        return q, k, F.linear(h, refs.v.weight, refs.v.bias).view(n, Hkv, D)
 
     def _matches(self, model: Any) -> bool:
         """Two rows (one left-padded): this prefill's and three decode steps' logits against the model's forward."""
@@ -242,88 +242,13 @@ class DecodeStep:
         return True
 
 
-class _Rows:
-    """Hidden states as [tokens, hidden], as the model's own forward holds them (prefill, and decode off CPU)."""
-
-    @staticmethod
-    def enter(x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    leave = enter
-    rms = staticmethod(_rms)
-
-    @staticmethod
-    def qk_norm(q: torch.Tensor, k: torch.Tensor, q_norm: Any, k_norm: Any) -> torch.Tensor:
-        """Qwen3's per-head norms of q [n, H, D] and k [n, Hkv, D], concatenated along the heads."""
-        return torch.cat((_rms(q, q_norm), _rms(k, k_norm)), dim=1)
-
-    @staticmethod
-    def linear(h: torch.Tensor, lin: Any) -> torch.Tensor:
-        return F.linear(h, lin.weight, lin.bias)
-
-    @staticmethod
-    def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
-        return t.view(len(t), n, d)
-
-    @staticmethod
-    def residual(x: torch.Tensor, h: torch.Tensor, lin: Any) -> torch.Tensor:
-        """x + lin(h), as one fused op where the layer has no bias."""
-        if lin.bias is None:
-            return torch.addmm(x, h, lin.weight.t())
-        return x + F.linear(h, lin.weight, lin.bias)
+def _mlp_residual(refs: _Layer, x: torch.Tensor) -> torch.Tensor:
+    h = _rms(x, refs.norm_post)
+    return _residual_linear(x, F.silu(F.linear(h, refs.gate.weight)) * F.linear(h, refs.up.weight), refs.down)
 
 
-class _Columns:
-    """Hidden states as [hidden, tokens], for the decode on CPU: there `W @ h` reads each weight in its stored
-    order and runs 25-40 % faster than `F.linear(h, W)` at a decode's few rows, where reading the weights bounds
-    the step. The norms are written out: at these sizes CPU's `F.rms_norm` costs several times its five ops."""
-
-    @staticmethod
-    def enter(x: torch.Tensor) -> torch.Tensor:
-        return x.t()  # a view: the matmuls read it transposed
-
-    @staticmethod
-    def leave(x: torch.Tensor) -> torch.Tensor:
-        return x.t().contiguous()
-
-    @staticmethod
-    def rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
-        return _rms_along(x, 0, norm.weight[:, None], norm.variance_epsilon)
-
-    @staticmethod
-    def qk_norm(q: torch.Tensor, k: torch.Tensor, q_norm: Any, k_norm: Any) -> torch.Tensor:
-        if q_norm.variance_epsilon != k_norm.variance_epsilon:
-            return _Rows.qk_norm(q, k, q_norm, k_norm)
-        H, Hkv, D = q.shape[1], k.shape[1], q.shape[2]  # one pass over both: the same op count for any heads
-        weight = torch.cat((q_norm.weight.expand(H, D), k_norm.weight.expand(Hkv, D)))
-        return _rms_along(torch.cat((q, k), dim=1), -1, weight, q_norm.variance_epsilon)
-
-    @staticmethod
-    def linear(h: torch.Tensor, lin: Any) -> torch.Tensor:
-        if lin.bias is None:
-            return torch.mm(lin.weight, h)
-        return torch.addmm(lin.bias[:, None], lin.weight, h)
-
-    @staticmethod
-    def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
-        return t.t().view(t.shape[1], n, d)
-
-    @staticmethod
-    def residual(x: torch.Tensor, h: torch.Tensor, lin: Any) -> torch.Tensor:
-        return torch.addmm(x if lin.bias is None else x + lin.bias[:, None], lin.weight, h)
-
-
-def _rms_along(x: torch.Tensor, dim: int, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF's RMSNorm along `dim` (float32 inside, the weight applied after the cast back)."""
-    h = x.float()
-    h = h * torch.rsqrt((h * h).mean(dim, keepdim=True).add_(eps))
-    return weight * h.to(x.dtype)
-
-
-def _layout(device: torch.device) -> type:
-    return _Columns if device.type == "cpu" else _Rows
-
-
-def _mlp_residual(refs: _Layer, x: torch.Tensor, lay: type) -> torch.Tensor:
-    h = lay.rms(x, refs.norm_post)
-    return lay.residual(x, F.silu(lay.linear(h, refs.gate)) * lay.linear(h, refs.up), refs.down)
+def _residual_linear(x: torch.Tensor, h: torch.Tensor, lin: Any) -> torch.Tensor:
+    """x + lin(h) for 2-D x, as one fused op where the layer has no bias."""
+    if lin.bias is None:
+        return torch.addmm(x, h, lin.weight.t())
+    return x + F.linear(h, lin.weight, lin.bias)
