@@ -371,6 +371,7 @@ def test_marked_handlers_get_the_objects_they_name_every_call_and_made_ones_are_
     second call of each shape gets the same objects; a handler made per rollout leaves no entry behind."""
     import asyncio
     import gc
+    import weakref
 
     from verifiers_rl import decorators
 
@@ -389,13 +390,14 @@ def test_marked_handlers_get_the_objects_they_name_every_call_and_made_ones_are_
         assert asyncio.run(decorators.call_marked(e.named, {"n": n}, env="E")) == ("named", n, "E")
         assert asyncio.run(decorators.call_marked(e.old_style, {"n": n}, env="E")) == ("old", n)
         assert asyncio.run(decorators.call_marked(e.any_kwargs, {"n": n}, env="E")) == ("kw", ["env", "state"])
-    before = len(decorators._SIGNATURES[False])
+    before, refs = len(decorators._SIGNATURES[False]), []
     for n in range(5):
         made = lambda state, k=n: state["n"] + k  # noqa: E731 - a handler made per rollout
         assert asyncio.run(decorators.call_marked(made, {"n": 1})) == 1 + n
+        refs.append(weakref.ref(made))
         del made
     gc.collect()
-    assert len(decorators._SIGNATURES[False]) == before
+    assert all(r() is None for r in refs) and len(decorators._SIGNATURES[False]) <= before
 
 
 def test_an_env_without_an_eval_dataset_says_it_falls_back_once(caplog):
