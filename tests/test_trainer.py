@@ -273,6 +273,29 @@ def test_failing_reward_function_does_not_stop_training(tiny_model_dir, tmp_path
 
 
 @pytest.mark.integration  # trains for many seconds in-process
+def test_a_sampler_serving_other_weights_is_named_at_the_first_step(tiny_model_dir, tmp_path, capsys):
+    # a served model other than the policy (as a vLLM server started with another checkpoint would be): the
+    # engine's merged copy of the LoRA policy with a sharper output head; the same weights are checked not to warn
+    for other in (False, True):
+        trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path / str(other), max_steps=2))
+        if other:
+            served = trainer.inference.engine.model
+            assert served is not trainer.model
+            with torch.no_grad():
+                served.lm_head.weight.mul_(20.0)
+        capsys.readouterr()
+        trainer.train()
+        trainer.close()
+        lines = [x for x in capsys.readouterr().out.splitlines() if "the sampler's log-probs differ" in x]
+        kl = [r["mismatch_kl/mean"] for r in read_metrics(tmp_path / str(other)) if "mismatch_kl/mean" in r]
+        if other:
+            assert kl[0] > 0.05 and len(lines) == 1 and lines[0].startswith("warning: step 1: ")
+            assert "check its --model" in lines[0]
+        else:
+            assert kl[0] < 1e-4 and lines == []
+
+
+@pytest.mark.integration  # trains for many seconds in-process
 def test_full_finetune_checkpoint_loads_with_automodel(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -29,6 +29,22 @@ def filler_sample(pad_token_id: int | None) -> Any:
     return Sample([pad, pad], [0, 0], [0.0, 0.0], 0.0, 0.0, -1, [0, 0])
 
 
+MISMATCH_WARN_KL = 0.05
+"""Per-token KL(sampler || trainer) on a step sampled by the weights it trains above which the run warns: the same
+weights in bf16 on both sides give about 1e-3, fp32 on the CPU under 1e-6."""
+
+
+def sampler_mismatch_line(kl: float | None, step: int) -> str | None:
+    """One warning line when an on-policy step's sampler log-probs are far from the trainer's: the server serves
+    other weights than the policy (nothing else shows it but this metric), or samples otherwise than it is told."""
+    if kl is None or not kl > MISMATCH_WARN_KL:
+        return None
+    return (f"warning: step {step + 1}: the sampler's log-probs differ from the trainer's (mismatch_kl {kl:.3g} per "
+            f"token on weights the trainer holds too; the same weights give about 1e-3): the inference server may "
+            "serve another checkpoint, revision or quantization than the policy (check its --model), and the "
+            "loss's importance ratios correct for it only in part")
+
+
 def logs_step(args: Any, state: Any, step: int) -> bool:
     """Whether HF's step-based logging will log this step (metrics only needed then, e.g. the entropy)."""
     if args.logging_strategy != "steps":
@@ -45,6 +61,7 @@ class StepRunner:
         self.packing_checked: bool | None = None  # prompt packing verified on this model (None: not yet)
         self.started = 0.0  # perf_counter at the start of the current step (time/step)
         self.estimator = resolve_advantage(trainer.args)  # built when the RLConfig was made; every step uses it
+        self.mismatch_checked = False  # the run's first on-policy step compared sampler and trainer log-probs
 
     def run(self, model: torch.nn.Module) -> torch.Tensor:
         """One training step; its metrics join `trainer.pending_metrics`, its rollouts and their advantages are
@@ -78,6 +95,11 @@ class StepRunner:
             **batch.metrics,
         }
         self.started = t_step
+        if not self.mismatch_checked and step == batch.policy_version:  # sampled by the weights it trains
+            self.mismatch_checked = True
+            line = sampler_mismatch_line(metrics.get("mismatch_kl/mean"), step)
+            if line and tr.is_world_process_zero():
+                print(line, flush=True)
         tr.pending_metrics.append(metrics)
         tr.last_states, tr.last_advantages = states, advantages
         return total_loss
