@@ -398,7 +398,7 @@ def test_auto_means_one_thing_in_every_caller():
     assert plan_for(_run_cfg(trainer={"args": {"vllm_server_port": port}}), 0).start_server
 
 
-def test_a_server_already_answering_at_the_port_is_used_by_the_plan():
+def test_a_server_already_answering_at_the_port_is_used_by_the_plan(capsys):
     """The plan, not the backend's start, decides to use a server found at the configured port: a real HTTP
     server answering /health stands in for vLLM (only the health route is asked)."""
     import http.server
@@ -424,6 +424,19 @@ def test_a_server_already_answering_at_the_port_is_used_by_the_plan():
         run = plan_for(_run_cfg(trainer={"args": {"vllm_server_port": port}}), 1, lambda: True)
         assert run.urls == [url] and not run.start_server and run.server is None
         assert run.lines[0] == f"inference: vLLM server(s) at {url}"
+        # settings for a server vf-rl starts reach no server found running: one warning line names them
+        run = plan_for(_run_cfg(trainer={"args": {"vllm_server_port": port}},
+                                inference={"args": {"max_model_len": 4096}, "gpu_memory_utilization": 0.5}), 1,
+                       lambda: True)
+        assert run.urls == [url] and run.lines[0] == (
+            f"warning: a server already answers at {url} and is used as it was started: [inference] args, "
+            "gpu_memory_utilization shape a server vf-rl starts and do not apply to it (stop it to start one with "
+            "them)")
+        capsys.readouterr()
+        plan = inference_plan_for(_script_args(vllm_server_port=port), cuda=False,
+                                  server_config={"env": {"VLLM_X": "1"}})
+        assert plan.urls == [url] and capsys.readouterr().out.startswith(
+            f"warning: a server already answers at {url} and is used as it was started: [inference] env shape")
     finally:
         httpd.shutdown()
         httpd.server_close()

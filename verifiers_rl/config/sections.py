@@ -82,7 +82,9 @@ class InferenceSection(Section):
     python: str | None = Field(None, description="Python that runs the server (a venv with vLLM); default: "
                                "$VF_VLLM_PYTHON, else .vllm-venv/bin/python, else this one")
     host: str = Field("127.0.0.1", description="host the started server binds to")
-    port: int | None = Field(None, description="port of the started server (None: a free port)")
+    port: int | None = Field(None, description="port of the started server (None: a free port); a server already "
+                             "answering there is used as it was started (args, env, python and "
+                             "gpu_memory_utilization then do not apply: one warning line)")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables of the started server "
                                 "(e.g. VLLM_CPU_KVCACHE_SPACE = \"1\" for vLLM on a small CPU machine)")
 

@@ -10,6 +10,7 @@ from verifiers_rl.config.loading import ConfigError
 from verifiers_rl.config.sections import TEACHER_ARGS, RunConfig, close_match
 from verifiers_rl.models.tiny import shape_problem
 from verifiers_rl.plan.gpus import gpu_ids
+from verifiers_rl.plan.inference import STARTED_SERVER_KEYS
 
 
 def completion_format_problem(fmt: str) -> str | None:
@@ -39,7 +40,7 @@ def cross_checks(cfg: RunConfig) -> None:
     tu = targs.get("vllm_server_urls")
     if tu is not None and inf.urls and (tu if isinstance(tu, list) else [tu]) != inf.urls:
         raise ConfigError("trainer.args.vllm_server_urls: conflicts with inference.urls; set only inference.urls")
-    for_started = next((k for k in ("args", "env", "python", "gpu_memory_utilization") if getattr(inf, k)), None)
+    for_started = next((k for k in STARTED_SERVER_KEYS if getattr(inf, k)), None)
     if for_started and (inf.urls or tu):
         raise ConfigError(f"inference.{for_started}: is for the server vf-rl starts, and with inference.urls none is "
                           "started (those servers keep the flags they were started with); drop it, or drop urls")

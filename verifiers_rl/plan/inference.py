@@ -51,6 +51,19 @@ class InferencePlan:
         return cls(**data)
 
 
+STARTED_SERVER_KEYS = ("args", "env", "python", "gpu_memory_utilization")
+"""[inference] settings that shape a server vf-rl starts, and reach no server it is given or finds running."""
+
+
+def found_server_note(url: str, given: list[str]) -> str | None:
+    """One warning line when a server found answering at the port is used and `given` start-only settings were
+    set: they do not reach it."""
+    if not given:
+        return None
+    return (f"warning: a server already answers at {url} and is used as it was started: [inference] "
+            f"{', '.join(given)} shape a server vf-rl starts and do not apply to it (stop it to start one with them)")
+
+
 def running_server(host: str, port: int | None) -> list[str]:
     """[the URL] when a server already answers at host:port, where a plan would start one: it is used as a given
     server (never stopped by us), the one place that choice is made."""
@@ -92,6 +105,9 @@ def inference_plan_for(args: Any, *, cuda: bool, server_config: Any = None, trai
     vllm = resolve_backend(backend, server_given=bool(args.vllm_server_port or server_config is not None)) == "vllm"
     if not urls and vllm:
         urls = running_server(args.vllm_server_host, args.vllm_server_port)
+        note = urls and found_server_note(urls[0], [k for k in STARTED_SERVER_KEYS if get(k)])
+        if note:
+            print(note, flush=True)
     starts = not urls and vllm
     server_gpus: list[int] = []
     if starts and get("gpus") is not None:  # the server config names its GPUs: shared or not is decided here

@@ -14,7 +14,8 @@ from typing import Any, Callable
 from verifiers_rl.errors import ConfigError, VLLMLaunchError
 from verifiers_rl.plan.gpus import (DEFAULT_COLOCATED_GPU_MEMORY, data_parallel_size, default_colocate, gpu_ids,
                                    plan_gpus, server_arg, visible_devices)
-from verifiers_rl.plan.inference import InferencePlan, plan_inference, resolve_backend, running_server
+from verifiers_rl.plan.inference import (STARTED_SERVER_KEYS, InferencePlan, found_server_note, plan_inference,
+                                         resolve_backend, running_server)
 from verifiers_rl.plan.sampling import lora_layout_line, lora_server_args, sampling_plan
 
 PLAN_FILE = "plan.json"
@@ -81,8 +82,9 @@ def _are(n: int) -> str:
     return "are" if n != 1 else "is"
 
 
-def _requested(cfg: Any) -> tuple[str, list[str]]:
-    """(backend asked for: [inference] or the trainer args, the vLLM server URLs given)."""
+def _requested(cfg: Any) -> tuple[str, list[str], str | None]:
+    """(backend asked for: [inference] or the trainer args, the vLLM server URLs given, a note on a server found
+    running at the port that leaves start-only settings unused)."""
     inf = cfg.inference
     targs = cfg.trainer.args
     backend = inf.backend if inf.backend != "auto" else str(targs.get("inference_backend") or "auto")
@@ -91,7 +93,10 @@ def _requested(cfg: Any) -> tuple[str, list[str]]:
     port = targs.get("vllm_server_port")
     if not server_urls and (port or backend == "vllm"):  # a server already answering where one would start: used
         server_urls = running_server(str(targs.get("vllm_server_host") or inf.host), port or inf.port)
-    return backend, server_urls
+        if server_urls:
+            return backend, server_urls, found_server_note(
+                server_urls[0], [k for k in STARTED_SERVER_KEYS if getattr(inf, k)])
+    return backend, server_urls, None
 
 
 def _server_given(cfg: Any, server_urls: list[str]) -> bool:
@@ -224,7 +229,7 @@ def plan_launch(cfg: Any, gpus_visible: int, has_vllm: Callable[[], bool] | None
                 args: Any) -> RunPlan:
     """The run against this machine. `args` is the built RLConfig, read so that its defaults are declared there only.
     A ConfigError when fewer GPUs are present than asked (with `allow_cpu=False`, when there are none)."""
-    backend, server_urls = _requested(cfg)
+    backend, server_urls, found_note = _requested(cfg)
     if gpus_visible == 0:
         asked = gpus_asked(cfg)
         if asked and not allow_cpu:
@@ -238,6 +243,8 @@ def plan_launch(cfg: Any, gpus_visible: int, has_vllm: Callable[[], bool] | None
                 return vllm_available(cfg.inference.python)
         plan = _gpu_plan(cfg, args, gpus_visible, backend, server_urls, has_vllm)
     plan.gpus_visible = gpus_visible
+    if found_note:
+        plan.lines.insert(0, found_note)
     _processes(plan, cfg)
     _precision(plan, cfg, args)
     if plan.start_server:
