@@ -212,6 +212,7 @@ def _same_per_seat(theirs: list, ours: list, seats: list[str]) -> list[tuple[flo
             assert state["reward"] == trace.reward
             assert state["metrics"] == {**trace.metrics, **{k: r.score for k, r in trace.rewards.items()}}
             assert state["stop_condition"] == trace.stop_condition
+            assert trace.info and all(state["info"][k] == v for k, v in trace.info.items())  # the trace's info too
             out.append((trace.reward, trace.num_turns))
     return out
 

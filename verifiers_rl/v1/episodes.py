@@ -138,7 +138,8 @@ def trace_state(episode: Any, trace: Any, row: dict, seat: str | None = None) ->
             step["tokens"]["completion_mask"] = [0] * len(step["tokens"]["completion_mask"])
     messages = _messages(trace.messages) if trace is not None else []
     n_prompt = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
-    info = dict(row.get("info") or {})
+    # the task's info, then what the episode wrote in its trace's scratch space (a judge's calls, a game's moves)
+    info = {**(row.get("info") or {}), **(getattr(trace, "info", None) or {})}
     if seat:
         info["agent"] = seat
     return {
