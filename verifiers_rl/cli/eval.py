@@ -19,7 +19,8 @@ def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
                    "verifiers v1 eval config); flags given here win over the file")
     p.add_argument("-m", "--model", help="(required) model dir, hub id or PEFT adapter dir (local engine), a "
                    "server's model name with --base-url, or an endpoint name from configs/endpoints.py")
-    p.add_argument("-n", "--num-examples", type=int, default=5, help="examples to evaluate (-1: all)")
+    p.add_argument("-n", "--num-examples", type=int, default=5,
+                   help="examples to evaluate (-1 or 0: all, as in verifiers)")
     p.add_argument("-r", "--rollouts-per-example", type=int, default=3)
     p.add_argument("-a", "--env-args", default="{}", help="JSON object passed to load_environment (a verifiers v1 "
                    "environment: its env config, e.g. '{\"taskset\": {...}, \"agent\": {\"harness\": {\"id\": "

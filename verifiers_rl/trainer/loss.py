@@ -199,3 +199,22 @@ def compute_loss(trainer_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor
     """Loss of one micro-batch; see :func:`ratio_masked_policy_gradient` and :class:`LossInputs`."""
     inputs = LossInputs(trainer_logprobs, sampling_logprobs, advantages, loss_mask, total_loss_tokens, ref_logprobs)
     return loss_fn(inputs, config if config is not None else LossConfig())
+
+
+MISMATCH_WARN_KL = 0.05
+"""Per-token KL(sampler || trainer) on a step sampled by the weights it trains above which the run warns: the same
+weights in bf16 on both sides give about 1e-3, fp32 on the CPU under 1e-6."""
+
+
+def sampler_mismatch_line(metrics: dict[str, float], step: int) -> str | None:
+    """One warning line when an on-policy step's sampler log-probs (its loss `metrics`) are far from the trainer's:
+    the server serves other weights than the policy (nothing else shows it but this metric), or samples otherwise
+    than it is told."""
+    kl = metrics.get("mismatch_kl/mean")
+    if kl is None or not kl > MISMATCH_WARN_KL:
+        return None
+    return (f"warning: step {step + 1}: the sampler's log-probs differ from the trainer's (mismatch_kl {kl:.3g} per "
+            "token on weights the trainer holds too; the same weights give about 1e-3): the inference server may "
+            "serve another checkpoint, revision or quantization than the policy (check its --model), or sample with "
+            "settings the trainer does not score with (a repetition penalty, a logit bias); the loss's importance "
+            "ratios correct for it only in part")

@@ -17,7 +17,7 @@ from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
 from verifiers_rl.trainer.advantages import advantages_for
 from verifiers_rl.trainer.batching import Sample, collate, drop_reason, split_micro_batches
 from verifiers_rl.trainer.logprobs import packing_matches, policy_token_logprobs
-from verifiers_rl.trainer.loss import StepTotals, masked_mean
+from verifiers_rl.trainer.loss import StepTotals, masked_mean, sampler_mismatch_line
 from verifiers_rl.trainer.metrics import TokenWeightedMetrics
 from verifiers_rl.trainer.token_export import sequence_records, write_records
 from verifiers_rl.trainer.typed_table import resolve_advantage
@@ -27,22 +27,6 @@ def filler_sample(pad_token_id: int | None) -> Any:
     """A two-token sample with no loss tokens: the micro-batch a rank runs so that every rank runs as many."""
     pad = int(pad_token_id or 0)
     return Sample([pad, pad], [0, 0], [0.0, 0.0], 0.0, 0.0, -1, [0, 0])
-
-
-MISMATCH_WARN_KL = 0.05
-"""Per-token KL(sampler || trainer) on a step sampled by the weights it trains above which the run warns: the same
-weights in bf16 on both sides give about 1e-3, fp32 on the CPU under 1e-6."""
-
-
-def sampler_mismatch_line(kl: float | None, step: int) -> str | None:
-    """One warning line when an on-policy step's sampler log-probs are far from the trainer's: the server serves
-    other weights than the policy (nothing else shows it but this metric), or samples otherwise than it is told."""
-    if kl is None or not kl > MISMATCH_WARN_KL:
-        return None
-    return (f"warning: step {step + 1}: the sampler's log-probs differ from the trainer's (mismatch_kl {kl:.3g} per "
-            f"token on weights the trainer holds too; the same weights give about 1e-3): the inference server may "
-            "serve another checkpoint, revision or quantization than the policy (check its --model), and the "
-            "loss's importance ratios correct for it only in part")
 
 
 def logs_step(args: Any, state: Any, step: int) -> bool:
@@ -97,7 +81,7 @@ class StepRunner:
         self.started = t_step
         if not self.mismatch_checked and step == batch.policy_version:  # sampled by the weights it trains
             self.mismatch_checked = True
-            line = sampler_mismatch_line(metrics.get("mismatch_kl/mean"), step)
+            line = sampler_mismatch_line(metrics, step)
             if line and tr.is_world_process_zero():
                 print(line, flush=True)
         tr.pending_metrics.append(metrics)
