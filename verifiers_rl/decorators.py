@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
+from collections.abc import Mapping
 from typing import Any, Callable
 
 
@@ -63,10 +64,11 @@ def signature_of(func: Callable) -> inspect.Signature | None:
     return sig
 
 
-def _params(handler: Callable) -> tuple[frozenset[str], bool]:
-    """The parameter names `handler` takes and whether it takes `**kwargs`."""
+def _params(handler: Callable) -> tuple[Mapping[str, inspect.Parameter], bool]:
+    """The parameters `handler` takes (the cached signature's own mapping, not a copy: this runs every turn) and
+    whether it takes `**kwargs`."""
     params = getattr(signature_of(handler), "parameters", {})
-    return frozenset(params), any(p.kind == p.VAR_KEYWORD for p in params.values())
+    return params, any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
 async def call_marked(handler: Callable, state: Any, **objects: Any) -> Any:
