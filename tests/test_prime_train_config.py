@@ -349,3 +349,25 @@ def test_chat_template_kwargs_in_extra_body_reach_the_policys_template(tmp_path)
     with pytest.raises(ConfigError) as e:
         translated(tmp_path, thinking.replace("extra_body = {", "extra_body = {top_k = 20, "))
     assert str(e.value) == "orchestrator.train.sampling.extra_body.top_k: not supported yet by the local trainer"
+
+
+@pytest.mark.parametrize("optim, expected", [
+    ("type = 'muon'\nmu = 0.9\nlr = 3e-4", {"optim": "muon", "optim_args": "momentum=0.9", "adam_beta2": 0.95,
+                                             "learning_rate": 3e-4}),
+    ("type = 'muon'\nbetas1 = 0.8\nbetas2 = 0.99", {"optim": "muon", "optim_args": "momentum=0.95",
+                                                   "adam_beta1": 0.8, "adam_beta2": 0.99}),
+    ("type = 'sign_sgd'\nweight_decay = 0.0", {"optim": "sign_sgd", "weight_decay": 0.0}),
+    ("type = 'sgd'\nnesterov = false", {"optim": "sgd", "optim_args": "momentum=0.9,nesterov=False"}),
+])
+def test_prime_rls_muon_sign_sgd_and_sgd_translate_to_optim(optim, expected, tmp_path):
+    # Before: every optimizer but adamw was refused ("not supported yet"), so prime-rl's Muon examples did not run.
+    text = ONE_SEAT.replace("[trainer.optim]\nlr = 2e-6", f"[trainer.optim]\n{optim}")
+    args = translated(tmp_path, text)["trainer"]["args"]
+    assert {k: args.get(k) for k in expected} == expected
+    run = resolve_run(load(tmp_path, text)[0], {"output_dir": str(tmp_path / "out")}, check_environments=False)
+    assert run.args.optim == expected["optim"]
+
+
+def test_dist_timeout_seconds_is_the_process_groups_timeout(tmp_path):
+    args = translated(tmp_path, ONE_SEAT + "\n[trainer]\ndist_timeout_seconds = 3600\n")["trainer"]["args"]
+    assert args["ddp_timeout"] == 3600

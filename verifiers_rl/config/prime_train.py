@@ -288,8 +288,16 @@ def _loss(r: _Reader, o: Translation) -> None:
 def _optim(r: _Reader, o: Translation) -> None:
     optim = r.table("trainer.optim")
     kind = optim.pop("type", "adamw")
+    if kind not in ("adamw", "muon", "sign_sgd", "sgd"):
+        raise ConfigError(f"trainer.optim.type: {kind!r} is not adamw, muon, sign_sgd or sgd")
     if kind != "adamw":
-        raise ConfigError(f"trainer.optim.type: {kind!r} is not supported yet by the local trainer (adamw)")
+        o.arg("optim", kind, "trainer.optim.type")
+    if kind == "muon":  # its AdamW part's beta2 defaults to 0.95 in prime-rl
+        o.arg("optim_args", f"momentum={optim.pop('mu', 0.95)}", "trainer.optim.mu")
+        optim.setdefault("betas2", 0.95)
+    elif kind == "sgd":
+        o.arg("optim_args", f"momentum={optim.pop('momentum', 0.9)},nesterov={optim.pop('nesterov', True)}",
+              "trainer.optim.momentum")
     o.arg("learning_rate", optim.pop("lr", PRIME_RL_DEFAULTS["learning_rate"]), "trainer.optim.lr")
     o.arg("weight_decay", optim.pop("weight_decay", PRIME_RL_DEFAULTS["weight_decay"]), "trainer.optim.weight_decay")
     norm = optim.pop("max_norm", PRIME_RL_DEFAULTS["max_grad_norm"])
@@ -430,6 +438,7 @@ def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     _loss(r, o)
     _optim(r, o)
     _lora(r, o)
+    o.arg("ddp_timeout", r.take("trainer.dist_timeout_seconds"), "trainer.dist_timeout_seconds")
     _eval(r, o, renderer if isinstance(renderer, dict) else None)
     _logging(r, o)
     for leaf in _leaves(r.raw, ""):

@@ -78,10 +78,15 @@ RULES: list[Rule] = [
          "the rollouts; 'policy' (the default) is not a teacher"),
     Rule("trainer.loss", "trainer.args.loss.kl_tau", "type 'default': kl_tau as is (dppo_mask_* and adv_tau at their "
          "defaults; this trainer masks by importance ratio: mask_ratio_low/high); ipo and custom not supported yet"),
+    Rule("trainer.optim.type", "trainer.args.optim", "adamw (transformers' default), muon, sign_sgd, sgd as is"),
+    Rule("trainer.optim.mu / momentum, nesterov", "trainer.args.optim_args", "muon: momentum=mu (default 0.95); "
+         "sgd: momentum (0.9), nesterov (true)"),
     Rule("trainer.optim.lr", "trainer.args.learning_rate", f"default {PRIME_RL_DEFAULTS['learning_rate']}"),
     Rule("trainer.optim.weight_decay", "trainer.args.weight_decay", f"default {PRIME_RL_DEFAULTS['weight_decay']}"),
     Rule("trainer.optim.max_norm", "trainer.args.max_grad_norm", "default 1.0 (none: 0, no clipping)"),
-    Rule("trainer.optim.betas1 / betas2", "trainer.args.adam_beta1 / adam_beta2", "adamw only (the default)"),
+    Rule("trainer.optim.betas1 / betas2", "trainer.args.adam_beta1 / adam_beta2", "adamw; muon's AdamW part "
+         "(beta2 default 0.95)"),
+    Rule("trainer.dist_timeout_seconds", "trainer.args.ddp_timeout", "as is (seconds)"),
     Rule("trainer.scheduler", "trainer.args.lr_scheduler_type, warmup_steps", "constant, linear, cosine; min_lr "
          "and decay_steps not supported yet"),
     Rule("trainer.model.lora", "trainer.args.use_lora and lora_*", "rank → lora_rank (prime-rl's default 16), "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import functools
 import typing
 from dataclasses import dataclass
@@ -57,6 +58,13 @@ def _info(fields: dict[str, Any], own: list[str], scheduler_type: Any) -> RLFiel
     if "lr_scheduler_type" in types:  # annotated str by RLConfig; its values are transformers' SchedulerType's
         types["lr_scheduler_type"] = scheduler_type | str
     helps = {n: f.help for n, f in fields.items()}
+    if "optim" in types:  # transformers' names and ours (trainer/optim_settings.py)
+        from verifiers_rl.trainer.optim_settings import EXTRA_OPTIMIZERS, OPTIM_HELP
+
+        names = {m.name: m.value for a in typing.get_args(types["optim"]) if isinstance(a, enum.EnumType) for m in a}
+        if names:
+            names.update({n.upper(): n for n in EXTRA_OPTIMIZERS})
+            types["optim"], helps["optim"] = enum.Enum("OptimizerNames", names) | str, OPTIM_HELP
     if "resume_from_checkpoint" in helps:  # transformers': "not directly used by Trainer"; vf-rl resumes with it
         from verifiers_rl.trainer.checkpoints import RESUME_HELP
 

@@ -11,6 +11,7 @@ from transformers import TrainingArguments
 from verifiers_rl.errors import SettingError
 from verifiers_rl.plan.gpus import batch_split_problem
 from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES, TRL_NAMES, RLFields, field_default
+from verifiers_rl.trainer.optim_settings import extra_optimizer
 
 __all__ = ["DEFAULT_LORA_TARGET_MODULES", "RLConfig", "field_default"]
 
@@ -48,7 +49,12 @@ class RLConfig(RLFields, TrainingArguments):
         if getattr(self, "activation_checkpointing", False) is None:
             self.activation_checkpointing = bool(self.gradient_checkpointing)
 
+        extra = extra_optimizer(self)  # transformers checks optim against its own names: ours it never builds
+        if extra:
+            self.optim = "adamw_torch"
         super().__post_init__()  # CheckpointSettings' checks, then TrainingArguments'
+        if extra:
+            self.optim = extra
 
         # world_size is known only once transformers has set up the distributed state.
         problem = batch_split_problem(self.batch_size, self.micro_batch_size, self.world_size, "world_size")

@@ -14,6 +14,7 @@ from verifiers_rl.plan.sampling import training_problem
 from verifiers_rl.trainer.buffer import BufferConfig, BufferSettings
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
 from verifiers_rl.trainer.modes import mode_problem
+from verifiers_rl.trainer.optim_settings import optimizer_problem
 from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS, check_advantage, check_loss, resolve_loss
 from verifiers_rl.trainer.run_settings import resolve_run_settings, wandb_problem
 
@@ -22,7 +23,6 @@ DEFAULT_MAX_PROMPT_LEN = 512  # when neither max_prompt_len nor max_tokens is se
 # LoRA options: changing one from its default while use_lora=False is a mistake worth a clear error.
 _LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
 # TRL's GRPOConfig names with no field here → what sets it (one line instead of "unexpected keyword argument")
-
 TRL_NAMES = {
     "num_generations": "rollouts_per_example", "max_completion_length": "max_tokens",
     "max_prompt_length": "max_prompt_len", "generation_batch_size": "batch_size (rollouts per optimizer step)",
@@ -334,9 +334,9 @@ class RLFields(CheckpointSettings, BufferSettings):
         self._validate_lora_and_choices()
         self._validate_inference()
         self._validate_loss_eval_and_wandb()
-        problem = mode_problem(self)  # training_mode and its teacher (trainer/modes.py)
-        if problem:
-            _fail(*problem)
+        for problem in (mode_problem(self), optimizer_problem(self)):  # trainer/modes.py, trainer/optim_settings.py
+            if problem:
+                _fail(*problem)
         check_loss(self)  # loss.type and its keys; the loss's config checks its values (trainer/losses/)
         check_advantage(self)  # advantage.type, its keys and scale_rewards (trainer/advantage_types/)
 
