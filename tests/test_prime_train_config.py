@@ -371,3 +371,45 @@ def test_prime_rls_muon_sign_sgd_and_sgd_translate_to_optim(optim, expected, tmp
 def test_dist_timeout_seconds_is_the_process_groups_timeout(tmp_path):
     args = translated(tmp_path, ONE_SEAT + "\n[trainer]\ndist_timeout_seconds = 3600\n")["trainer"]["args"]
     assert args["ddp_timeout"] == 3600
+
+
+def _lr_per_step(args) -> list[float]:
+    import torch
+    from transformers import get_scheduler
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.learning_rate)
+    sched = get_scheduler(args.lr_scheduler_type, opt, num_warmup_steps=args.warmup_steps,
+                          num_training_steps=args.max_steps, scheduler_specific_kwargs=args.lr_scheduler_kwargs)
+    lrs = []
+    for _ in range(args.max_steps):
+        lrs.append(opt.param_groups[0]["lr"] / args.learning_rate)
+        opt.step(), sched.step()
+    return lrs
+
+
+def test_prime_rls_linear_schedule_holds_the_peak_until_its_last_decay_steps(tmp_path):
+    # prime-rl's `linear` is warm-up, constant, then a linear decay over the last decay_steps (default 10) to min_lr.
+    # Before: it became transformers' `linear`, which decays from the end of the warm-up on (the peak held one step),
+    # and min_lr / decay_steps were refused.
+    text = ONE_SEAT.replace("[trainer.optim]\nlr = 2e-6", "[trainer.optim]\nlr = 1e-4\n\n[trainer.scheduler]\n"
+                            "type = 'linear'\nwarmup_steps = 4\nmin_lr = 1e-5").replace("max_steps = 40", "max_steps = 20")
+    run = resolve_run(load(tmp_path, text)[0], {"output_dir": str(tmp_path / "out")}, check_environments=False)
+    lrs = _lr_per_step(run.args)
+    assert lrs[0] == pytest.approx(0.1) and lrs[4:10] == [pytest.approx(1.0)] * 6  # from min_lr; the peak, held
+    assert lrs[10:] == sorted(lrs[10:], reverse=True) and 0.1 <= lrs[-1] < 0.3  # the last 10 decay toward min_lr
+    cosine = text.replace("type = 'linear'", "type = 'cosine'")
+    lrs = _lr_per_step(resolve_run(load(tmp_path, cosine)[0], {"output_dir": str(tmp_path / "o2")},
+                                   check_environments=False).args)
+    assert lrs[4] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1, abs=0.02)  # cosine down to min_lr
+
+
+@pytest.mark.parametrize("scheduler, expected", [
+    ("type = 'linear'\nwarmup_steps = 0\ndecay_steps = 0", "trainer.scheduler: a linear schedule needs warmup_steps"),
+    ("type = 'linear'\nwarmup_steps = 30\ndecay_steps = 20", "trainer.scheduler.decay_steps: warmup_steps (30) + "
+                                                            "decay_steps (20) exceed max_steps (40)"),
+])
+def test_a_linear_schedule_prime_rl_would_refuse_is_one_line(scheduler, expected, tmp_path):
+    raw, opts = load(tmp_path, ONE_SEAT + f"\n[trainer.scheduler]\n{scheduler}\n")
+    with pytest.raises(ConfigError) as e:
+        resolve_run(raw, opts, check_environments=False)
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value), str(e.value)

@@ -305,16 +305,42 @@ def _optim(r: _Reader, o: Translation) -> None:
     o.arg("adam_beta1", optim.pop("betas1", None), "trainer.optim.betas1")
     o.arg("adam_beta2", optim.pop("betas2", None), "trainer.optim.betas2")
     _rest("trainer.optim", optim)
-    sched = r.table("trainer.scheduler")
+    _scheduler(r.table("trainer.scheduler"), o)
+
+
+def _scheduler(sched: dict[str, Any], o: Translation) -> None:
+    """prime-rl's schedules as transformers names them: `linear` is warmup, constant, then a linear decay over the
+    last `decay_steps` (transformers' warmup_stable_decay), `cosine` decays to `min_lr` (cosine_with_min_lr)."""
     kind = sched.pop("type", "constant")
     if kind not in ("constant", "linear", "cosine"):
         raise ConfigError(f"trainer.scheduler.type: {kind!r} is not constant, linear or cosine")
-    o.arg("lr_scheduler_type", kind, "trainer.scheduler.type")
-    if kind != "constant":
-        o.arg("warmup_steps", sched.pop("warmup_steps", 10), "trainer.scheduler.warmup_steps")
-    if sched.pop("min_lr", 0.0) != 0.0:
-        raise ConfigError("trainer.scheduler.min_lr: not supported yet by the local trainer (0: decay to zero)")
+    where = "trainer.scheduler.type"
+    if kind == "constant":
+        o.arg("lr_scheduler_type", kind, where)
+        return _rest("trainer.scheduler", sched)
+    warmup, min_lr = sched.pop("warmup_steps", 10), sched.pop("min_lr", 0.0)
+    decay = sched.pop("decay_steps", 10) if kind == "linear" else 0
     _rest("trainer.scheduler", sched)
+    o.arg("warmup_steps", warmup, "trainer.scheduler.warmup_steps")
+    args = o.raw["trainer"]["args"]
+    steps = args.get("max_steps")
+    if kind == "linear" and warmup == decay == 0:
+        raise ConfigError("trainer.scheduler: a linear schedule needs warmup_steps > 0 or decay_steps > 0 "
+                          "(type = 'constant' otherwise)")
+    if kind == "linear" and isinstance(steps, int) and warmup + decay > steps:
+        raise ConfigError(f"trainer.scheduler.decay_steps: warmup_steps ({warmup}) + decay_steps ({decay}) "
+                          f"exceed max_steps ({steps})")
+    ratio = min_lr / args.get("learning_rate", PRIME_RL_DEFAULTS["learning_rate"])
+    if kind == "linear" and decay == 0:  # warm-up, then constant
+        o.arg("lr_scheduler_type", "constant", where)
+    elif kind == "linear":
+        o.arg("lr_scheduler_type", "warmup_stable_decay", where)
+        o.arg("lr_scheduler_kwargs", {"num_decay_steps": decay, "decay_type": "linear", "min_lr_ratio": ratio},
+              "trainer.scheduler.decay_steps")
+    else:
+        o.arg("lr_scheduler_type", "cosine_with_min_lr" if min_lr else "cosine", where)
+        if min_lr:
+            o.arg("lr_scheduler_kwargs", {"min_lr": min_lr}, "trainer.scheduler.min_lr")
 
 
 def _activation_checkpointing(r: _Reader, o: Translation) -> None:
