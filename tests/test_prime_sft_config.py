@@ -102,9 +102,24 @@ def test_a_prime_rl_sft_config_trains_through_vf_sft(tiny_model_dir, tmp_path):
                               for w in ["apple", "river", "stone", "cloud", "lamp", "tree", "bird", "sand"]))
     text = (PRIME_SFT.replace("max_steps = 100", "max_steps = 2").replace("PrimeIntellect/Qwen3-0.6B",
             str(tiny_model_dir)).replace("willcb/R1-reverse-wikipedia-paragraphs-v1-1000", str(rows))
-            .replace("seq_len = 4096", "seq_len = 64").replace("batch_size = 32", "batch_size = 4"))
-    (tmp_path / "sft.toml").write_text(text)
+            .replace("seq_len = 4096", "seq_len = 64").replace("batch_size = 32", "batch_size = 4")
+            .replace("[optim]", "[scheduler]\ntype = 'linear'\nwarmup_steps = 1\ndecay_steps = 1\n[optim]"))
+    (tmp_path / "sft.toml").write_text(text)  # prime-rl's linear schedule: transformers' warmup_stable_decay
     r = subprocess.run([sys.executable, "-m", "verifiers_rl.cli.sft", "@", "sft.toml", "--trainer.output-dir", "sft"],
                        capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "SFT: 2 steps on 8 rows" in r.stdout and (tmp_path / "sft" / "model.safetensors").exists()
+
+
+def test_prime_rls_linear_and_cosine_schedules_keep_their_meaning_in_vf_sft(tmp_path):
+    # Before: `linear` became transformers' linear (a decay from the warm-up on, where prime-rl holds the peak until
+    # its last decay_steps), warm-up defaulted to 0 (prime-rl: 10) and min_lr was refused.
+    linear = validate_sft_config(load(tmp_path, PRIME_SFT.replace("[optim]", "[scheduler]\ntype = 'linear'\n"
+                                                                  "decay_steps = 20\nmin_lr = 1e-6\n[optim]"))).trainer
+    assert (linear.lr_scheduler_type, linear.warmup_steps) == ("warmup_stable_decay", 10)
+    assert linear.lr_scheduler_kwargs == {"num_decay_steps": 20, "decay_type": "linear",
+                                          "min_lr_ratio": pytest.approx(0.05)}
+    cosine = validate_sft_config(load(tmp_path, PRIME_SFT.replace("[optim]", "[scheduler]\ntype = 'cosine'\n"
+                                                                  "min_lr = 1e-6\n[optim]"))).trainer
+    assert (cosine.lr_scheduler_type, cosine.warmup_steps, cosine.lr_scheduler_kwargs) == \
+        ("cosine_with_min_lr", 10, {"min_lr": 1e-6})

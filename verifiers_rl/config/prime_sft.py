@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from verifiers_rl.config.prime_schedule import prime_schedule
 from verifiers_rl.errors import ConfigError
 
 # prime-rl's defaults (prime-rl-configs 559b447) where vf-sft's differ
@@ -73,13 +74,7 @@ def _optimizer(raw: dict[str, Any], trainer: dict[str, Any]) -> None:
             trainer[target] = optim.pop(key)
     _rest("optim.", optim)
     sched = dict(raw.pop("scheduler", {}) or {})
-    trainer["lr_scheduler_type"] = sched.pop("type", "constant")
-    if trainer["lr_scheduler_type"] not in ("constant", "linear", "cosine"):
-        raise ConfigError(f"scheduler.type: {trainer['lr_scheduler_type']!r} is not supported yet by vf-sft "
-                          "(constant, linear, cosine)")
-    trainer["warmup_steps"] = sched.pop("warmup_steps", 0)
-    if sched.pop("min_lr", 0.0) != 0.0:
-        raise ConfigError("scheduler.min_lr: not supported yet by vf-sft (0: decay to zero)")
+    trainer.update(prime_schedule(sched, "scheduler", trainer["learning_rate"], trainer.get("max_steps")))
     _rest("scheduler.", sched)
 
 

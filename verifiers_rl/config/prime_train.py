@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from verifiers_rl.config.loading import ConfigError, pop_path
+from verifiers_rl.config.prime_schedule import prime_schedule
 from verifiers_rl.config.prime_train_table import (ALGO_MODES, DEFAULT_MICRO_BATCH, DEPRECATED, IGNORED,
                                                    PRIME_RL_DEFAULTS, RULES)
 
@@ -309,38 +310,13 @@ def _optim(r: _Reader, o: Translation) -> None:
 
 
 def _scheduler(sched: dict[str, Any], o: Translation) -> None:
-    """prime-rl's schedules as transformers names them: `linear` is warmup, constant, then a linear decay over the
-    last `decay_steps` (transformers' warmup_stable_decay), `cosine` decays to `min_lr` (cosine_with_min_lr)."""
-    kind = sched.pop("type", "constant")
-    if kind not in ("constant", "linear", "cosine"):
-        raise ConfigError(f"trainer.scheduler.type: {kind!r} is not constant, linear or cosine")
-    where = "trainer.scheduler.type"
-    if kind == "constant":
-        o.arg("lr_scheduler_type", kind, where)
-        return _rest("trainer.scheduler", sched)
-    warmup, min_lr = sched.pop("warmup_steps", 10), sched.pop("min_lr", 0.0)
-    decay = sched.pop("decay_steps", 10) if kind == "linear" else 0
-    _rest("trainer.scheduler", sched)
-    o.arg("warmup_steps", warmup, "trainer.scheduler.warmup_steps")
     args = o.raw["trainer"]["args"]
-    steps = args.get("max_steps")
-    if kind == "linear" and warmup == decay == 0:
-        raise ConfigError("trainer.scheduler: a linear schedule needs warmup_steps > 0 or decay_steps > 0 "
-                          "(type = 'constant' otherwise)")
-    if kind == "linear" and isinstance(steps, int) and warmup + decay > steps:
-        raise ConfigError(f"trainer.scheduler.decay_steps: warmup_steps ({warmup}) + decay_steps ({decay}) "
-                          f"exceed max_steps ({steps})")
-    ratio = min_lr / args.get("learning_rate", PRIME_RL_DEFAULTS["learning_rate"])
-    if kind == "linear" and decay == 0:  # warm-up, then constant
-        o.arg("lr_scheduler_type", "constant", where)
-    elif kind == "linear":
-        o.arg("lr_scheduler_type", "warmup_stable_decay", where)
-        o.arg("lr_scheduler_kwargs", {"num_decay_steps": decay, "decay_type": "linear", "min_lr_ratio": ratio},
-              "trainer.scheduler.decay_steps")
-    else:
-        o.arg("lr_scheduler_type", "cosine_with_min_lr" if min_lr else "cosine", where)
-        if min_lr:
-            o.arg("lr_scheduler_kwargs", {"min_lr": min_lr}, "trainer.scheduler.min_lr")
+    lr = args.get("learning_rate", PRIME_RL_DEFAULTS["learning_rate"])
+    settings = prime_schedule(sched, "trainer.scheduler", lr, args.get("max_steps"))
+    _rest("trainer.scheduler", sched)
+    for key, value in settings.items():
+        source = {"warmup_steps": "warmup_steps", "lr_scheduler_kwargs": "decay_steps"}.get(key, "type")
+        o.arg(key, value, f"trainer.scheduler.{source}")
 
 
 def _activation_checkpointing(r: _Reader, o: Translation) -> None:

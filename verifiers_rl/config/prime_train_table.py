@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from verifiers_rl.config.prime_schedule import SCHEDULE_NOTE
+
 DEFAULT_MICRO_BATCH = 8
 # prime-rl's defaults where they differ from vf-rl's (prime-rl-configs 559b447).
 PRIME_RL_DEFAULTS = {"learning_rate": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0, "batch_size": 128,
@@ -87,10 +89,7 @@ RULES: list[Rule] = [
     Rule("trainer.optim.betas1 / betas2", "trainer.args.adam_beta1 / adam_beta2", "adamw; muon's AdamW part "
          "(beta2 default 0.95)"),
     Rule("trainer.dist_timeout_seconds", "trainer.args.ddp_timeout", "as is (seconds)"),
-    Rule("trainer.scheduler", "trainer.args.lr_scheduler_type, warmup_steps, lr_scheduler_kwargs", "constant; "
-         "linear (warm-up, constant, a linear decay over the last decay_steps to min_lr): warmup_stable_decay, "
-         "reaching min_lr a step after the last (prime-rl's at the last); cosine (to min_lr): cosine or cosine_with_min_lr, its warm-up from "
-         "0 rather than min_lr"),
+    Rule("trainer.scheduler", "trainer.args.lr_scheduler_type, warmup_steps, lr_scheduler_kwargs", SCHEDULE_NOTE),
     Rule("trainer.model.lora", "trainer.args.use_lora and lora_*", "rank → lora_rank (prime-rl's default 16), "
          "alpha, dropout, target_modules, modules_to_save as is; no table: full fine-tuning (use_lora = false)"),
     Rule("trainer.model.ac", "trainer.args.gradient_checkpointing", "a table: on, every layer whole (mode and "

@@ -26,6 +26,7 @@ class SFTSettings(BaseModel):
     learning_rate: float = Field(2e-5, ge=0)
     batch_size: int = Field(8, ge=1)
     lr_scheduler_type: str = "cosine"
+    lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, ge=0)
@@ -130,6 +131,7 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
     config = SFTConfig(
         output_dir=str(Path(settings.output_dir)), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
         per_device_train_batch_size=settings.batch_size // world, lr_scheduler_type=settings.lr_scheduler_type,
+        lr_scheduler_kwargs=settings.lr_scheduler_kwargs,
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length, warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, adam_beta1=settings.adam_beta1,

@@ -1,0 +1,40 @@
+"""prime-rl's learning-rate schedules (an RL config's `[trainer.scheduler]`, an SFT config's `[scheduler]`) as
+transformers names them. prime-rl's `linear` is a warm-up, a constant stretch, then a linear decay over the last
+`decay_steps` to `min_lr` (transformers' warmup_stable_decay); its `cosine` decays to `min_lr` (cosine_with_min_lr).
+Both warm up for 10 steps unless told otherwise (prime-rl-configs 559b447)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifiers_rl.errors import ConfigError
+
+SCHEDULE_NOTE = ("constant; linear (warm-up, constant, a linear decay over the last decay_steps to min_lr): "
+                 "warmup_stable_decay, reaching min_lr a step after the last (prime-rl's at the last); cosine (to "
+                 "min_lr): cosine or cosine_with_min_lr, its warm-up from 0 rather than min_lr")
+
+
+def prime_schedule(sched: dict[str, Any], where: str, lr: float, max_steps: Any) -> dict[str, Any]:
+    """transformers' lr_scheduler_type, warmup_steps and lr_scheduler_kwargs for prime-rl's schedule table `sched`
+    (its keys popped: what is left is the caller's to refuse); a schedule prime-rl refuses is a ConfigError naming
+    `where` (the table's path)."""
+    kind = sched.pop("type", "constant")
+    if kind not in ("constant", "linear", "cosine"):
+        raise ConfigError(f"{where}.type: {kind!r} is not constant, linear or cosine")
+    if kind == "constant":
+        return {"lr_scheduler_type": "constant"}
+    warmup, min_lr = sched.pop("warmup_steps", 10), sched.pop("min_lr", 0.0)
+    decay = sched.pop("decay_steps", 10) if kind == "linear" else 0
+    if kind == "cosine":
+        out = {"lr_scheduler_type": "cosine_with_min_lr" if min_lr else "cosine", "warmup_steps": warmup}
+        return {**out, "lr_scheduler_kwargs": {"min_lr": min_lr}} if min_lr else out
+    if warmup == decay == 0:
+        raise ConfigError(f"{where}: a linear schedule needs warmup_steps > 0 or decay_steps > 0 (type = 'constant' "
+                          "otherwise)")
+    if isinstance(max_steps, int) and warmup + decay > max_steps:
+        raise ConfigError(f"{where}.decay_steps: warmup_steps ({warmup}) + decay_steps ({decay}) exceed max_steps "
+                          f"({max_steps})")
+    if decay == 0:  # warm-up, then constant
+        return {"lr_scheduler_type": "constant", "warmup_steps": warmup}
+    return {"lr_scheduler_type": "warmup_stable_decay", "warmup_steps": warmup,
+            "lr_scheduler_kwargs": {"num_decay_steps": decay, "decay_type": "linear", "min_lr_ratio": min_lr / lr}}
