@@ -133,7 +133,9 @@ def test_rltrainer_trains_checkpoints_and_resumes_with_muon(tiny_model_dir, tmp_
 
     def letters_env():
         rows = [{"question": f"Say something ({i}).", "answer": ""} for i in range(16)]
-        share = lambda completion: sum(c.isalpha() for c in str(completion)) / max(len(str(completion)), 1)  # noqa: E731
+        def share(completion) -> float:
+            return sum(c.isalpha() for c in str(completion)) / max(len(str(completion)), 1)
+
         return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[share]))
 
     def config(**extra):

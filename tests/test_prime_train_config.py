@@ -155,7 +155,9 @@ def test_a_one_seat_v1_config_translates_onto_the_same_run(tmp_path, capsys):
     assert native["trainer"]["args"] == {
         "max_steps": 40, "max_seq_len": 1024, "batch_size": 64, "micro_batch_size": 8, "rollouts_per_example": 8,
         "max_tokens": 96, "temperature": 0.9, "learning_rate": 2e-6, "weight_decay": 0.01, "max_grad_norm": 1.0,
-        "lr_scheduler_type": "constant", "use_lora": True, "lora_rank": 16, "lora_alpha": 32, "save_steps": 10}
+        "lr_scheduler_type": "constant", "use_lora": True, "lora_rank": 16, "lora_alpha": 32, "save_steps": 10,
+        # prime-rl's defaults that change training: its loss's kl_tau, zero-advantage tokens out of the loss
+        "loss": {"kl_tau": 1e-3}, "filter_zero_advantages": True}
     # the deployment's keys are set aside in one line that names them
     lines = [l for l in capsys.readouterr().err.splitlines() if "set aside" in l]
     assert len(lines) == 1 and "deployment.num_train_gpus" in lines[0], lines
@@ -352,9 +354,9 @@ def test_chat_template_kwargs_in_extra_body_reach_the_policys_template(tmp_path)
 
 
 @pytest.mark.parametrize("optim, expected", [
-    ("type = 'muon'\nmu = 0.9\nlr = 3e-4", {"optim": "muon", "optim_args": "momentum=0.9", "adam_beta2": 0.95,
-                                             "learning_rate": 3e-4}),
-    ("type = 'muon'\nbetas1 = 0.8\nbetas2 = 0.99", {"optim": "muon", "optim_args": "momentum=0.95",
+    ("type = 'muon'\nmu = 0.9\nlr = 3e-4", {"optim": "muon", "optim_args": "momentum=0.9,nesterov=false",
+                                             "adam_beta2": 0.95, "learning_rate": 3e-4}),
+    ("type = 'muon'\nbetas1 = 0.8\nbetas2 = 0.99", {"optim": "muon", "optim_args": "momentum=0.95,nesterov=false",
                                                    "adam_beta1": 0.8, "adam_beta2": 0.99}),
     ("type = 'sign_sgd'\nweight_decay = 0.0", {"optim": "sign_sgd", "weight_decay": 0.0}),
     ("type = 'sgd'\nnesterov = false", {"optim": "sgd", "optim_args": "momentum=0.9,nesterov=False"}),
@@ -392,7 +394,8 @@ def test_prime_rls_linear_schedule_holds_the_peak_until_its_last_decay_steps(tmp
     # Before: it became transformers' `linear`, which decays from the end of the warm-up on (the peak held one step),
     # and min_lr / decay_steps were refused.
     text = ONE_SEAT.replace("[trainer.optim]\nlr = 2e-6", "[trainer.optim]\nlr = 1e-4\n\n[trainer.scheduler]\n"
-                            "type = 'linear'\nwarmup_steps = 4\nmin_lr = 1e-5").replace("max_steps = 40", "max_steps = 20")
+                            "type = 'linear'\nwarmup_steps = 4\nmin_lr = 1e-5")
+    text = text.replace("max_steps = 40", "max_steps = 20")
     run = resolve_run(load(tmp_path, text)[0], {"output_dir": str(tmp_path / "out")}, check_environments=False)
     lrs = _lr_per_step(run.args)
     assert lrs[0] == pytest.approx(0.1) and lrs[4:10] == [pytest.approx(1.0)] * 6  # from min_lr; the peak, held
@@ -413,3 +416,21 @@ def test_a_linear_schedule_prime_rl_would_refuse_is_one_line(scheduler, expected
     with pytest.raises(ConfigError) as e:
         resolve_run(raw, opts, check_environments=False)
     assert str(e.value).startswith(expected) and "\n" not in str(e.value), str(e.value)
+
+
+def test_prime_rls_defaults_that_change_training_are_kept_or_overridden(tmp_path):
+    # Before: kl_tau defaulted to 0 (prime-rl: 1e-3), filter_zero_advantages was accepted and dropped (prime-rl
+    # leaves zero-advantage tokens out of the loss and its token count), ckpt.keep_interval was dropped.
+    text = ONE_SEAT.replace("[ckpt]\ninterval = 10", "[ckpt]\ninterval = 10\nkeep_interval = 20").replace(
+        "[orchestrator.train.sampling]", "[orchestrator.train]\nfilter_zero_advantages = false\n\n"
+                                         "[orchestrator.train.sampling]")
+    args = translated(tmp_path, text.replace("[trainer.optim]", "[trainer.loss]\nkl_tau = 0.0\n\n[trainer.optim]"))
+    args = args["trainer"]["args"]
+    assert (args["loss"], args["filter_zero_advantages"], args["save_keep_interval"]) == ({"kl_tau": 0.0}, False, 20)
+    run = resolve_run(load(tmp_path, ONE_SEAT)[0], {"output_dir": str(tmp_path / "out")}, check_environments=False)
+    assert run.args.filter_zero_advantages and run.args.loss_config().kl_tau == 1e-3
+    opd = translated(tmp_path, OPD)["trainer"]["args"]
+    assert "filter_zero_advantages" not in opd  # no advantages in opd: nothing to filter (prime-rl: a no-op)
+    wsd = translated(tmp_path, ONE_SEAT + "\n[trainer.scheduler]\ntype = 'linear'\nwarmup_steps = 3\n"
+                                          "decay_steps = 0\n")["trainer"]["args"]
+    assert (wsd["lr_scheduler_type"], wsd["warmup_steps"]) == ("constant_with_warmup", 3)

@@ -426,3 +426,33 @@ def test_warmup_steps_warm_up_the_default_constant_schedule(tiny_model_dir, tmp_
     vf.RLTrainer(str(tiny_model_dir), make_env(), args).train()
     lrs = [r["optim/lr"] for r in read_metrics(tmp_path / "out") if "optim/lr" in r]
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])  # transformers: the warm-up starts at 0
+
+
+def test_filter_zero_advantages_keeps_zero_advantage_rollouts_out_of_the_loss(tiny_model_dir, tmp_path):
+    # prime-rl's orchestrator.train.filter_zero_advantages: a rollout whose advantage is 0 (here: the groups of
+    # half the words, whose reward is constant) adds no loss and no token to the loss's count; the others train.
+    def constant_for_half(completion, answer) -> float:
+        return 1.0 if WORDS.index(answer[::-1]) % 2 else float(len(str(completion)) % 3)
+
+    seen: list[tuple[list[float], list[int]]] = []
+    original = batching_module.build_samples
+
+    def build_samples(states, advantages, **kw):
+        samples = original(states, advantages, **kw)
+        seen.append((list(advantages), [sum(s.loss_mask) for s in samples], kw["filter_zero_advantages"]))
+        return samples
+
+    env = vf.SingleTurnEnv(dataset=[{"question": w, "answer": w[::-1]} for w in WORDS],
+                           rubric=vf.Rubric(funcs=[constant_for_half]))
+    for on in (True, False):
+        trainer = vf.RLTrainer(str(tiny_model_dir), env, make_config(tmp_path / str(on), max_steps=1, batch_size=16,
+                                                                      filter_zero_advantages=on, save_strategy="no"))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(batching_module, "build_samples", build_samples)
+            trainer.train()
+        trainer.close()
+    (adv_on, tokens_on, flag_on), (adv_off, tokens_off, flag_off) = seen
+    assert flag_on and not flag_off
+    assert any(a == 0.0 for a in adv_on) and any(a != 0.0 for a in adv_on)
+    assert all((t == 0) == (a == 0.0) for a, t in zip(adv_on, tokens_on)), (adv_on, tokens_on)
+    assert all(t > 0 for t in tokens_off)  # without it, zero-advantage rollouts keep their loss tokens

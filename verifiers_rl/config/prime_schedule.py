@@ -34,7 +34,7 @@ def prime_schedule(sched: dict[str, Any], where: str, lr: float, max_steps: Any)
     if isinstance(max_steps, int) and warmup + decay > max_steps:
         raise ConfigError(f"{where}.decay_steps: warmup_steps ({warmup}) + decay_steps ({decay}) exceed max_steps "
                           f"({max_steps})")
-    if decay == 0:  # warm-up, then constant
-        return {"lr_scheduler_type": "constant", "warmup_steps": warmup}
+    if decay == 0:  # warm-up, then constant (transformers' "constant" would skip the warm-up)
+        return {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": warmup}
     return {"lr_scheduler_type": "warmup_stable_decay", "warmup_steps": warmup,
             "lr_scheduler_kwargs": {"num_decay_steps": decay, "decay_type": "linear", "min_lr_ratio": min_lr / lr}}

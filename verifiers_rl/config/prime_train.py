@@ -236,7 +236,9 @@ def _train(r: _Reader, o: Translation) -> None:
     _algo(r, sources, o)
     group = r.take("orchestrator.group_size", PRIME_RL_DEFAULTS["group_size"])
     shared = _sampling(r.table("orchestrator.train.sampling"), "orchestrator.train.sampling")
-    r.take("orchestrator.train.filter_zero_advantages")
+    zero = r.take("orchestrator.train.filter_zero_advantages", True)  # prime-rl's default: on
+    if o.raw.get("training_mode", "rl") == "rl":
+        o.arg("filter_zero_advantages", zero, "orchestrator.train.filter_zero_advantages")
     envs, gated, seen = [], [], {}
     for i, s in enumerate(sources):
         where = f"orchestrator.train.source.{i}"
@@ -276,9 +278,9 @@ def _loss(r: _Reader, o: Translation) -> None:
     kind = loss.pop("type", "default")
     if kind != "default":
         raise ConfigError(f"trainer.loss.type: {kind!r} is not supported yet by the local trainer (default)")
-    kl_tau = loss.pop("kl_tau", None)
-    if kl_tau is not None:
-        o.arg("loss", {"kl_tau": kl_tau}, "trainer.loss.kl_tau")
+    default = 1e-3 if o.raw.get("training_mode", "rl") in ("rl", "opd") else None  # prime-rl's default loss's
+    o.arg("loss", {"kl_tau": kl_tau} if (kl_tau := loss.pop("kl_tau", default)) is not None else None,
+          "trainer.loss.kl_tau")
     for key, default in (("dppo_mask_low", 0.2), ("dppo_mask_high", 0.2), ("adv_tau", 1.0)):
         if loss.pop(key, default) != default:
             raise ConfigError(f"trainer.loss.{key}: not supported yet by the local trainer (its loss masks tokens by "
@@ -294,7 +296,7 @@ def _optim(r: _Reader, o: Translation) -> None:
     if kind != "adamw":
         o.arg("optim", kind, "trainer.optim.type")
     if kind == "muon":  # its AdamW part's beta2 defaults to 0.95 in prime-rl
-        o.arg("optim_args", f"momentum={optim.pop('mu', 0.95)}", "trainer.optim.mu")
+        o.arg("optim_args", f"momentum={optim.pop('mu', 0.95)},nesterov=false", "trainer.optim.mu")  # as dion's
         optim.setdefault("betas2", 0.95)
     elif kind == "sgd":
         o.arg("optim_args", f"momentum={optim.pop('momentum', 0.9)},nesterov={optim.pop('nesterov', True)}",
@@ -414,7 +416,8 @@ def _logging(r: _Reader, o: Translation) -> None:
     if isinstance(ckpt, dict):
         o.arg("save_steps", ckpt.pop("interval", None), "ckpt.interval")
         o.arg("save_total_limit", ckpt.pop("keep_last", None), "ckpt.keep_last")
-        _rest("ckpt", ckpt, ("keep_interval", "output_dir"))
+        o.arg("save_keep_interval", ckpt.pop("keep_interval", None), "ckpt.keep_interval")
+        _rest("ckpt", ckpt, ("output_dir",))
 
 
 def _deprecated(r: _Reader, o: Translation) -> None:

@@ -66,8 +66,8 @@ RULES: list[Rule] = [
     Rule("orchestrator.train.source.N.curriculum.gates.G", "trainer.args.online_difficulty_filtering",
          "`type = 'advantage_range'` with the default reject range [0, 0]: drop groups whose advantages are all "
          "zero; other gates and samplers are not supported yet"),
-    Rule("orchestrator.train.filter_zero_advantages", "—", "accepted: a zero-advantage token adds no policy "
-         "gradient here either"),
+    Rule("orchestrator.train.filter_zero_advantages", "trainer.args.filter_zero_advantages", "default true, as "
+         "prime-rl: a zero-advantage rollout's tokens leave the loss and its token count (rl only)"),
     Rule("orchestrator.renderer", "env.args.renderer", "verifiers' TrainClientConfig.renderer of each v1 env "
          "(e.g. {name = 'prime-qwen3'})"),
     Rule("orchestrator.algo.type", "training_mode, trainer.args.advantage", "grpo → rl, max_rl → rl with "
@@ -78,11 +78,12 @@ RULES: list[Rule] = [
     Rule("orchestrator.algo.teacher", "[teacher]", "opd: `base_url` → url, `name` → name, `api_key_var` as is"),
     Rule("orchestrator.algo.sampling.source", "[teacher]", "sft: a frozen model (`base_url`, `name`) generates "
          "the rollouts; 'policy' (the default) is not a teacher"),
-    Rule("trainer.loss", "trainer.args.loss.kl_tau", "type 'default': kl_tau as is (dppo_mask_* and adv_tau at their "
-         "defaults; this trainer masks by importance ratio: mask_ratio_low/high); ipo and custom not supported yet"),
+    Rule("trainer.loss", "trainer.args.loss.kl_tau", "type 'default': kl_tau (default 1e-3, prime-rl's; rl and opd) "
+         "(dppo_mask_* and adv_tau at their defaults; this trainer masks by importance ratio: mask_ratio_low/high); "
+         "ipo and custom not supported yet"),
     Rule("trainer.optim.type", "trainer.args.optim", "adamw (transformers' default), muon, sign_sgd, sgd as is"),
-    Rule("trainer.optim.mu / momentum, nesterov", "trainer.args.optim_args", "muon: momentum=mu (default 0.95); "
-         "sgd: momentum (0.9), nesterov (true)"),
+    Rule("trainer.optim.mu / momentum, nesterov", "trainer.args.optim_args", "muon: momentum=mu (default 0.95), "
+         "nesterov=false (as prime-rl's Muon, dion's); sgd: momentum (0.9), nesterov (true)"),
     Rule("trainer.optim.lr", "trainer.args.learning_rate", f"default {PRIME_RL_DEFAULTS['learning_rate']}"),
     Rule("trainer.optim.weight_decay", "trainer.args.weight_decay", f"default {PRIME_RL_DEFAULTS['weight_decay']}"),
     Rule("trainer.optim.max_norm", "trainer.args.max_grad_norm", "default 1.0 (none: 0, no clipping)"),
@@ -98,6 +99,6 @@ RULES: list[Rule] = [
          "skip_first_step → before = not it, sampling.temperature, sampling.max_completion_tokens → max_tokens; "
          "`source` as train sources (their own sampling must agree); after = false"),
     Rule("monitors.wandb", "trainer.args.wandb", "project, entity, name, group, tags, offline as is"),
-    Rule("ckpt.interval / keep_last", "trainer.args.save_steps / save_total_limit", "no `[ckpt]`, or no "
-         "interval: the end of training only"),
+    Rule("ckpt.interval / keep_last / keep_interval", "trainer.args.save_steps / save_total_limit / "
+         "save_keep_interval", "no `[ckpt]`, or no interval: the end of training only"),
 ]

@@ -66,9 +66,9 @@ def drop_reason(state: dict[str, Any], max_prompt_len: int | None = None, mask_t
 
 def build_samples(states: list[dict[str, Any]], advantages: list[float], *, max_seq_len: int,
                   mask_env_responses: bool = True, mask_truncated_completions: bool = False,
-                  max_prompt_len: int | None = None) -> list[Sample]:
-    """One `Sample` per rollout (or per turn when turns can't be stitched); those with a `drop_reason` keep their
-    place but carry no loss."""
+                  max_prompt_len: int | None = None, filter_zero_advantages: bool = False) -> list[Sample]:
+    """One `Sample` per rollout (or per turn when turns can't be stitched); those with a `drop_reason` (and, with
+    `filter_zero_advantages`, those whose advantage is 0) keep their place but carry no loss."""
 
     samples: list[Sample] = []
     for i, (state, adv) in enumerate(zip(states, advantages)):
@@ -81,7 +81,8 @@ def build_samples(states: list[dict[str, Any]], advantages: list[float], *, max_
             parts = [(list(tokens["input_ids"]), loss_mask, list(tokens["logprobs"]), env_mask, n_prompt)]
         else:
             parts = _turn_samples(state)
-        drop = drop_reason(state, max_prompt_len, mask_truncated_completions) is not None
+        drop = drop_reason(state, max_prompt_len, mask_truncated_completions) is not None or (
+            filter_zero_advantages and adv == 0.0)
         for ids, mask, lps, env, n_prompt in parts:
             ids, mask, lps, env = ids[:max_seq_len], mask[:max_seq_len], lps[:max_seq_len], env[:max_seq_len]
             if drop:

@@ -19,6 +19,9 @@ class BufferSettings:
 
     online_difficulty_filtering: bool = field(
         default=False, metadata={"help": "Drop groups whose rewards are all equal (no signal) and refill the batch."})
+    filter_zero_advantages: bool = field(
+        default=False, metadata={"help": "Train no token of a rollout whose advantage is 0 (no loss, not in the "
+                                 "loss's token count; no refill), as prime-rl's filter_zero_advantages."})
     oversampling_factor: float = field(
         default=1.0, metadata={"help": "With online_difficulty_filtering: generate this many times the groups a step "
                                "needs, so the groups left after filtering fill it."})

@@ -41,7 +41,8 @@ def mode_problem(c: Any, name: Any = str) -> tuple[str, str] | None:
     in_table = isinstance(in_table, (int, float)) and in_table > 0  # a wrong type: the loss's own check names it
     for field_name, key, active in (("beta", "beta", (c.beta or 0) > 0), ("loss", "loss.beta", in_table),
                                     ("online_difficulty_filtering", "online_difficulty_filtering",
-                                     c.online_difficulty_filtering)):
+                                     c.online_difficulty_filtering),
+                                    ("filter_zero_advantages", "filter_zero_advantages", c.filter_zero_advantages)):
         if active:
             return field_name, f"{name(key)} applies to training_mode='rl' (rewards), not {mode!r}; remove it"
     return None
@@ -86,7 +87,8 @@ class RLMode:
 
         a = self.args
         return build_samples(states, advantages, max_seq_len=a.max_seq_len, mask_env_responses=a.mask_env_responses,
-                             mask_truncated_completions=a.mask_truncated_completions, max_prompt_len=a.max_prompt_len)
+                             mask_truncated_completions=a.mask_truncated_completions, max_prompt_len=a.max_prompt_len,
+                             filter_zero_advantages=a.filter_zero_advantages and self.name == "rl")  # opd: none
 
     def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, totals: Any) -> Any:
         from verifiers_rl.trainer.loss import LossInputs
