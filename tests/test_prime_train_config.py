@@ -157,7 +157,7 @@ def test_a_one_seat_v1_config_translates_onto_the_same_run(tmp_path, capsys):
         "max_tokens": 96, "temperature": 0.9, "learning_rate": 2e-6, "weight_decay": 0.01, "max_grad_norm": 1.0,
         "lr_scheduler_type": "constant", "use_lora": True, "lora_rank": 16, "lora_alpha": 32, "save_steps": 10,
         # prime-rl's defaults that change training: its loss's kl_tau, zero-advantage tokens out of the loss
-        "loss": {"kl_tau": 1e-3}, "filter_zero_advantages": True}
+        "loss": {"kl_tau": 1e-3}, "filter_zero_advantages": True, "max_prompt_len": 1023}  # no prompt budget
     # the deployment's keys are set aside in one line that names them
     lines = [l for l in capsys.readouterr().err.splitlines() if "set aside" in l]
     assert len(lines) == 1 and "deployment.num_train_gpus" in lines[0], lines
@@ -434,3 +434,13 @@ def test_prime_rls_defaults_that_change_training_are_kept_or_overridden(tmp_path
     wsd = translated(tmp_path, ONE_SEAT + "\n[trainer.scheduler]\ntype = 'linear'\nwarmup_steps = 3\n"
                                           "decay_steps = 0\n")["trainer"]["args"]
     assert (wsd["lr_scheduler_type"], wsd["warmup_steps"]) == ("constant_with_warmup", 3)
+
+
+def test_a_samples_length_is_the_orchestrators_and_any_prompt_that_fits_trains(tmp_path):
+    # Before: the prompt budget was derived (max_seq_len - max_tokens), so a rollout whose prompt was longer carried
+    # no loss, where prime-rl trains every sample up to seq_len; and orchestrator.seq_len (a sample's length in
+    # prime-rl, trainer.model.seq_len being the packing budget) was set aside.
+    args = translated(tmp_path, ONE_SEAT.replace("[orchestrator]\n", "[orchestrator]\nseq_len = 512\n"))
+    assert (args["trainer"]["args"]["max_seq_len"], args["trainer"]["args"]["max_prompt_len"]) == (512, 511)
+    run = resolve_run(load(tmp_path, ONE_SEAT)[0], {"output_dir": str(tmp_path / "out")}, check_environments=False)
+    assert (run.args.max_seq_len, run.args.max_prompt_len, run.args.max_tokens) == (1024, 1023, 96)

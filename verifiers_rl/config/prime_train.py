@@ -118,8 +118,12 @@ def _run_size(r: _Reader, o: Translation) -> None:
     _rest("model", model)
     steps, where = _first(r, "max_steps", "orchestrator.max_steps", "trainer.max_steps")
     o.arg("max_steps", steps, where)
-    seq_len, where = _first(r, "seq_len", "trainer.model.seq_len")
+    # a sample's length is the orchestrator's (the trainer's is its packing budget); no prompt budget of its own:
+    # any prompt that leaves room for a token trains
+    seq_len, where = _first(r, "orchestrator.seq_len", "seq_len", "trainer.model.seq_len")
     o.arg("max_seq_len", seq_len, where)
+    if isinstance(seq_len := 2048 if seq_len is None else seq_len, int) and seq_len > 1:
+        o.arg("max_prompt_len", seq_len - 1, where)
     if r.take("orchestrator.token_batch_size") is not None:
         raise ConfigError("orchestrator.token_batch_size: not supported yet by the local trainer (set "
                           "orchestrator.batch_size, in rollouts)")

@@ -32,7 +32,7 @@ IGNORED = ("deployment", "inference", "slurm", "log", "run", "output_dir", "clea
            "orchestrator.env_server_base_port", "orchestrator.collect_inference_metrics",
            "orchestrator.inference_metrics_roles", "orchestrator.tasks_per_minute", "orchestrator.output_dir",
            "orchestrator.max_off_policy_steps", "orchestrator.weight_broadcast", "orchestrator.rollout_transport",
-           "orchestrator.env_vars", "orchestrator.ckpt", "orchestrator.resume", "orchestrator.seq_len",
+           "orchestrator.env_vars", "orchestrator.ckpt", "orchestrator.resume",
            "orchestrator.train.source.*.serve", "orchestrator.eval.source.*.serve")
 
 
@@ -50,7 +50,9 @@ RULES: list[Rule] = [
     Rule("name", "trainer.args.run_name", "the prime CLI's run name"),
     Rule("model.name", "model", "required"),
     Rule("max_steps", "trainer.args.max_steps", "or orchestrator.max_steps / trainer.max_steps"),
-    Rule("seq_len", "trainer.args.max_seq_len", "or trainer.model.seq_len"),
+    Rule("seq_len", "trainer.args.max_seq_len, max_prompt_len", "orchestrator.seq_len (a sample's length) if set, "
+         "else seq_len, else trainer.model.seq_len (default 2048); max_prompt_len: that - 1 (prime-rl has no prompt "
+         "budget)"),
     Rule("orchestrator.batch_size", "trainer.args.batch_size", "rollouts per step (default 128); also "
          "micro_batch_size = gcd(batch_size, 8); token_batch_size is not supported yet"),
     Rule("orchestrator.group_size", "trainer.args.rollouts_per_example", "default 1; a source's own group_size "

@@ -96,6 +96,7 @@ def _check_mode(cfg: RunConfig) -> None:
     m = mode_settings(cfg)
     spelled = {arg: f"teacher.{key}" for key, arg in TEACHER_ARGS.items()}
     c = SimpleNamespace(training_mode=m.get("training_mode", "rl"), beta=0, online_difficulty_filtering=False,
+                        filter_zero_advantages=False,
                         **{arg: m.get(arg) for arg in TEACHER_ARGS.values()})
     problem = mode_problem(c, lambda f: spelled.get(f, f))
     if problem:
