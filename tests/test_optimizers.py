@@ -164,3 +164,32 @@ def test_rltrainer_trains_checkpoints_and_resumes_with_muon(tiny_model_dir, tmp_
             for name, value in values.items():
                 assert torch.allclose(value.float(), again[part]["state"][key][name].float(), atol=1e-6), (part, name)
     resumed.close()
+
+
+@pytest.mark.integration  # trains in-process (~6 s)
+def test_vf_sft_trains_with_muon_as_a_prime_rl_sft_config_asks(tiny_model_dir, tmp_path):
+    # Before: vf-sft refused a prime-rl SFT config's `[optim] type = "muon"` in one line.
+    from verifiers_rl.config.prime_sft import translate
+    from verifiers_rl.sft.config import SFTRunConfig
+    from verifiers_rl.sft.trainer import run_sft
+
+    raw = {"model": {"name": str(tiny_model_dir)}, "max_steps": 2,
+           "data": {"name": "rows.jsonl", "seq_len": 32, "batch_size": 2},
+           "optim": {"type": "muon", "lr": 0.01, "mu": 0.9}}
+    cfg = SFTRunConfig.model_validate(translate(raw))
+    assert (cfg.trainer.optim, cfg.trainer.optim_args, cfg.trainer.adam_beta2) == ("muon",
+                                                                                  "momentum=0.9,nesterov=false", 0.95)
+    rows = [{"prompt": f"say {w}", "completion": w} for w in ("apple", "river", "stone", "cloud")]
+    settings = cfg.trainer.settings().model_copy(update={"output_dir": str(tmp_path / "sft"), "save_steps": 10,
+                                                         "logging_steps": 1})
+    seen = []
+    original = MuonWithAdamW.step
+
+    def step(self, closure=None):
+        seen.append(sorted(self.parts))
+        return original(self, closure)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(MuonWithAdamW, "step", step)
+        out, loss = run_sft(str(tiny_model_dir), rows, settings)
+    assert seen == [["adamw", "muon"]] * 2 and loss > 0 and (out / "model.safetensors").exists()

@@ -78,7 +78,7 @@ def test_prime_rls_sft_config_translates_with_its_defaults(tmp_path, capsys, mon
 
 
 @pytest.mark.parametrize("edit, expected", [
-    (("[optim]", "[optim]\ntype = 'muon'"), "optim.type: only adamw (the default) is supported yet by vf-sft"),
+    (("[optim]", "[optim]\ntype = 'lion'"), "optim.type: 'lion' is not adamw, muon, sign_sgd or sgd"),
     (("seq_len = 4096", "seq_len = 4096\nsubsets = ['a']"), "data.subsets: not supported yet by vf-sft"),
     (("[optim]", "[scheduler]\nmin_lr = 1e-7\n[optim]"), "scheduler.min_lr: not supported yet by vf-sft"),
     (("max_steps = 100", "max_steps = 100\nbench = true"), "bench: not supported yet by vf-sft"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from verifiers_rl.config.prime_schedule import prime_schedule
+from verifiers_rl.config.prime_optim import prime_optimizer, prime_schedule
 from verifiers_rl.errors import ConfigError
 
 # prime-rl's defaults (prime-rl-configs 559b447) where vf-sft's differ
@@ -64,8 +64,7 @@ def _model(model: dict[str, Any], trainer: dict[str, Any]) -> str:
 
 def _optimizer(raw: dict[str, Any], trainer: dict[str, Any]) -> None:
     optim = dict(raw.pop("optim", {}) or {})
-    if optim.pop("type", "adamw") != "adamw":
-        raise ConfigError("optim.type: only adamw (the default) is supported yet by vf-sft")
+    trainer.update(prime_optimizer(optim, "optim"))
     trainer["learning_rate"] = optim.pop("lr", PRIME_SFT_DEFAULTS["lr"])
     trainer["weight_decay"] = optim.pop("weight_decay", PRIME_SFT_DEFAULTS["weight_decay"])
     trainer["max_grad_norm"] = optim.pop("max_norm", 1.0) or 0.0

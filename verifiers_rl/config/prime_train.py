@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from verifiers_rl.config.loading import ConfigError, pop_path
-from verifiers_rl.config.prime_schedule import prime_schedule
+from verifiers_rl.config.prime_optim import prime_optimizer, prime_schedule
 from verifiers_rl.config.prime_train_table import (ALGO_MODES, DEFAULT_MICRO_BATCH, DEPRECATED, IGNORED,
                                                    PRIME_RL_DEFAULTS, RULES)
 
@@ -294,17 +294,8 @@ def _loss(r: _Reader, o: Translation) -> None:
 
 def _optim(r: _Reader, o: Translation) -> None:
     optim = r.table("trainer.optim")
-    kind = optim.pop("type", "adamw")
-    if kind not in ("adamw", "muon", "sign_sgd", "sgd"):
-        raise ConfigError(f"trainer.optim.type: {kind!r} is not adamw, muon, sign_sgd or sgd")
-    if kind != "adamw":
-        o.arg("optim", kind, "trainer.optim.type")
-    if kind == "muon":  # its AdamW part's beta2 defaults to 0.95 in prime-rl
-        o.arg("optim_args", f"momentum={optim.pop('mu', 0.95)},nesterov=false", "trainer.optim.mu")  # as dion's
-        optim.setdefault("betas2", 0.95)
-    elif kind == "sgd":
-        o.arg("optim_args", f"momentum={optim.pop('momentum', 0.9)},nesterov={optim.pop('nesterov', True)}",
-              "trainer.optim.momentum")
+    for key, value in prime_optimizer(optim, "trainer.optim").items():
+        o.arg(key, value, "trainer.optim.type" if key == "optim" else "trainer.optim.mu")
     o.arg("learning_rate", optim.pop("lr", PRIME_RL_DEFAULTS["learning_rate"]), "trainer.optim.lr")
     o.arg("weight_decay", optim.pop("weight_decay", PRIME_RL_DEFAULTS["weight_decay"]), "trainer.optim.weight_decay")
     norm = optim.pop("max_norm", PRIME_RL_DEFAULTS["max_grad_norm"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from verifiers_rl.config.prime_schedule import SCHEDULE_NOTE
+from verifiers_rl.config.prime_optim import OPTIM_ARGS_NOTE, OPTIM_NOTE, SCHEDULE_NOTE
 
 DEFAULT_MICRO_BATCH = 8
 # prime-rl's defaults where they differ from vf-rl's (prime-rl-configs 559b447).
@@ -83,9 +83,8 @@ RULES: list[Rule] = [
     Rule("trainer.loss", "trainer.args.loss.kl_tau", "type 'default': kl_tau (default 1e-3, prime-rl's; rl and opd) "
          "(dppo_mask_* and adv_tau at their defaults; this trainer masks by importance ratio: mask_ratio_low/high); "
          "ipo and custom not supported yet"),
-    Rule("trainer.optim.type", "trainer.args.optim", "adamw (transformers' default), muon, sign_sgd, sgd as is"),
-    Rule("trainer.optim.mu / momentum, nesterov", "trainer.args.optim_args", "muon: momentum=mu (default 0.95), "
-         "nesterov=false (as prime-rl's Muon, dion's); sgd: momentum (0.9), nesterov (true)"),
+    Rule("trainer.optim.type", "trainer.args.optim", OPTIM_NOTE),
+    Rule("trainer.optim.mu / momentum, nesterov", "trainer.args.optim_args", OPTIM_ARGS_NOTE),
     Rule("trainer.optim.lr", "trainer.args.learning_rate", f"default {PRIME_RL_DEFAULTS['learning_rate']}"),
     Rule("trainer.optim.weight_decay", "trainer.args.weight_decay", f"default {PRIME_RL_DEFAULTS['weight_decay']}"),
     Rule("trainer.optim.max_norm", "trainer.args.max_grad_norm", "default 1.0 (none: 0, no clipping)"),

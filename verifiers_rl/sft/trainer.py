@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES
 
@@ -27,6 +27,8 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(8, ge=1)
     lr_scheduler_type: str = "cosine"
     lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
+    optim: str = "adamw_torch"  # transformers' names, or "muon" / "sign_sgd" (trainer/optimizers.py)
+    optim_args: str | None = None
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, ge=0)
@@ -44,6 +46,15 @@ class SFTSettings(BaseModel):
     gradient_checkpointing: bool = False
     packing: bool = False  # several rows per max_length row (TRL's best-fit packing; attention kept per row)
     report_to: str | list[str] = "none"
+
+    @model_validator(mode="after")
+    def _optimizer(self) -> "SFTSettings":
+        from verifiers_rl.trainer.optim_settings import optimizer_problem
+
+        problem = optimizer_problem(self)
+        if problem:
+            raise ValueError(problem[1])
+        return self
 
     @field_validator("lr_scheduler_type")
     @classmethod
@@ -104,6 +115,8 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
     from verifiers_rl.sft.launch import rank
     from verifiers_rl.trainer.distributed import release_process_group_at_exit
     from verifiers_rl.trainer.model_loading import from_pretrained, lora_targets, peft_wrapping_quietly
+    from verifiers_rl.trainer.optim_settings import extra_optimizer
+    from verifiers_rl.trainer.optimizers import ExtraOptimizers
     from verifiers_rl.verbosity import no_progress_bars
 
     tokenizer = from_pretrained(AutoTokenizer, model)
@@ -135,16 +148,23 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length, warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, adam_beta1=settings.adam_beta1,
-        adam_beta2=settings.adam_beta2,
+        adam_beta2=settings.adam_beta2, optim="adamw_torch" if extra_optimizer(settings) else settings.optim,
+        optim_args=settings.optim_args,
         # TRL defaults to bf16 and gradient checkpointing even on CPU: off unless asked for.
         bf16=settings.bf16, **{ckpt: settings.gradient_checkpointing}, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, packing=settings.packing,
         **({"eval_strategy": "steps", "eval_steps": val_interval or settings.logging_steps,
             "per_device_eval_batch_size": settings.batch_size} if val is not None else {}))
     # TRL's dataset passes over pre-tokenized rows are instant: no bars; TRL wraps the model with peft here (use_lora)
+    if extra_optimizer(settings):  # after transformers' check of its own names: ours, ExtraOptimizers builds
+        config.optim = settings.optim
+
+    class Trainer(ExtraOptimizers, SFTTrainer):
+        pass
+
     with no_progress_bars(), peft_wrapping_quietly():
-        trainer = SFTTrainer(model=policy, args=config, train_dataset=data, eval_dataset=val,
-                             processing_class=tokenizer, peft_config=peft_config)
+        trainer = Trainer(model=policy, args=config, train_dataset=data, eval_dataset=val, processing_class=tokenizer,
+                          peft_config=peft_config)
     return trainer, tokenizer, console, this_rank, world
 
 

@@ -104,19 +104,6 @@ class TrainerHooks:
             self._created_lr_scheduler = True
         return super().create_scheduler(num_training_steps, optimizer)  # type: ignore[misc]
 
-    def create_optimizer(self, model: Any = None) -> Any:
-        from verifiers_rl.trainer.optim_settings import extra_optimizer
-
-        kind = extra_optimizer(self.args)  # type: ignore[attr-defined]
-        if kind is None or self.optimizer is not None:  # type: ignore[attr-defined]
-            return super().create_optimizer(model)  # type: ignore[misc]
-        from verifiers_rl.trainer.optimizers import build_optimizer
-
-        model = self.model if model is None else model  # type: ignore[attr-defined]
-        decay = self.get_decay_parameter_names(model)  # type: ignore[attr-defined]
-        self.optimizer = build_optimizer(kind, model, self.args, decay)  # type: ignore[attr-defined]
-        return self.optimizer
-
     def _get_output_dir(self, trial: Any) -> str:
         return self.checkpoint_root or super()._get_output_dir(trial)  # type: ignore[misc]
 

@@ -9,7 +9,21 @@ from typing import Any
 import torch
 from torch.optim import AdamW, Optimizer
 
-from verifiers_rl.trainer.optim_settings import muon_options
+from verifiers_rl.trainer.optim_settings import extra_optimizer, muon_options
+
+
+class ExtraOptimizers:
+    """A `transformers.Trainer` mixin (listed before Trainer; RLTrainer's and vf-sft's): `args.optim` "muon" or
+    "sign_sgd" builds ours, transformers' own names are Trainer's."""
+
+    def create_optimizer(self, model: Any = None) -> Any:
+        kind = extra_optimizer(self.args)  # type: ignore[attr-defined]
+        if kind is None or self.optimizer is not None:  # type: ignore[attr-defined]
+            return super().create_optimizer(model)  # type: ignore[misc]
+        model = self.model if model is None else model  # type: ignore[attr-defined]
+        decay = self.get_decay_parameter_names(model)  # type: ignore[attr-defined]
+        self.optimizer = build_optimizer(kind, model, self.args, decay)  # type: ignore[attr-defined]
+        return self.optimizer
 
 
 class SignSGD(Optimizer):

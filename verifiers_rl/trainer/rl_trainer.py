@@ -19,6 +19,7 @@ from verifiers_rl.trainer.checkpoints import STAGING_DIR  # noqa: F401  (its old
 from verifiers_rl.trainer.config import RLConfig
 from verifiers_rl.trainer.hf_hooks import TrainerHooks, check_hooks
 from verifiers_rl.trainer.model_loading import load_policy
+from verifiers_rl.trainer.optimizers import ExtraOptimizers
 from verifiers_rl.trainer.run_settings import export_wandb_env
 from verifiers_rl.trainer.sharding import check_resume_layout
 from verifiers_rl.trainer.step import StepRunner, merge_pending, print_samples
@@ -28,7 +29,7 @@ def _first(items: list[int]) -> dict[str, Any]:
     return {"step_index": torch.tensor(items[0])}
 
 
-class RLTrainer(TrainerHooks, Trainer):
+class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
     """Public surface beyond transformers.Trainer's: `env`, `eval_envs`, `mode`, `plan`, `inference`,
     `policy_client`, `orchestrator`, `ref_model`, `sharded`; `pending_metrics` (the steps' metrics not logged yet),
     `last_states` and `last_advantages` (the last step's rollouts and their advantages), `last_eval`,

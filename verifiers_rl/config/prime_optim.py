@@ -1,7 +1,10 @@
-"""prime-rl's learning-rate schedules (an RL config's `[trainer.scheduler]`, an SFT config's `[scheduler]`) as
-transformers names them. prime-rl's `linear` is a warm-up, a constant stretch, then a linear decay over the last
-`decay_steps` to `min_lr` (transformers' warmup_stable_decay); its `cosine` decays to `min_lr` (cosine_with_min_lr).
-Both warm up for 10 steps unless told otherwise (prime-rl-configs 559b447)."""
+"""prime-rl's optimizer and learning-rate schedule tables (an RL config's `[trainer.optim]` / `[trainer.scheduler]`,
+an SFT config's `[optim]` / `[scheduler]`) as transformers' settings, for prime train and vf-sft alike.
+
+Optimizers: adamw (transformers' default), muon and sign_sgd (ours: trainer/optimizers.py), sgd. Schedules: prime-rl's
+`linear` is a warm-up, a constant stretch, then a linear decay over the last `decay_steps` to `min_lr` (transformers'
+warmup_stable_decay); its `cosine` decays to `min_lr` (cosine_with_min_lr). Both warm up for 10 steps unless told
+otherwise (prime-rl-configs 559b447)."""
 
 from __future__ import annotations
 
@@ -9,9 +12,29 @@ from typing import Any
 
 from verifiers_rl.errors import ConfigError
 
+OPTIM_NOTE = "adamw (transformers' default), muon, sign_sgd, sgd as is"
+OPTIM_ARGS_NOTE = ("muon: momentum=mu (default 0.95), nesterov=false (as prime-rl's Muon, dion's); sgd: momentum "
+                   "(0.9), nesterov (true)")
 SCHEDULE_NOTE = ("constant; linear (warm-up, constant, a linear decay over the last decay_steps to min_lr): "
                  "warmup_stable_decay, reaching min_lr a step after the last (prime-rl's at the last); cosine (to "
                  "min_lr): cosine or cosine_with_min_lr, its warm-up from 0 rather than min_lr")
+
+
+def prime_optimizer(optim: dict[str, Any], where: str) -> dict[str, Any]:
+    """transformers' optim and optim_args for prime-rl's optimizer table `optim` (`type` and its own keys popped; a
+    Muon table's AdamW beta2 defaulted to prime-rl's 0.95); a type prime-rl lacks is a ConfigError naming `where`."""
+    kind = optim.pop("type", "adamw")
+    if kind not in ("adamw", "muon", "sign_sgd", "sgd"):
+        raise ConfigError(f"{where}.type: {kind!r} is not adamw, muon, sign_sgd or sgd")
+    if kind == "adamw":
+        return {}
+    if kind == "muon":
+        optim.setdefault("betas2", 0.95)
+        return {"optim": kind, "optim_args": f"momentum={optim.pop('mu', 0.95)},nesterov=false"}
+    if kind == "sgd":
+        return {"optim": kind, "optim_args": f"momentum={optim.pop('momentum', 0.9)},"
+                                             f"nesterov={optim.pop('nesterov', True)}"}
+    return {"optim": kind}
 
 
 def prime_schedule(sched: dict[str, Any], where: str, lr: float, max_steps: Any) -> dict[str, Any]:
