@@ -82,6 +82,7 @@ def test_prime_rls_sft_config_translates_with_its_defaults(tmp_path, capsys, mon
     (("seq_len = 4096", "seq_len = 4096\nsubsets = ['a']"), "data.subsets: not supported yet by vf-sft"),
     (("[optim]", "[scheduler]\nmin_lr = 1e-7\n[optim]"), "scheduler.min_lr: not supported yet by vf-sft"),
     (("max_steps = 100", "max_steps = 100\nbench = true"), "bench: not supported yet by vf-sft"),
+    (("seq_len = 4096", "seq_len = 4096\nshuffle = false"), "data.shuffle: false is not supported yet by vf-sft"),
 ])
 def test_what_vf_sft_cannot_honour_is_one_line_naming_the_prime_rl_key(edit, expected, tmp_path):
     with pytest.raises(ConfigError) as e:

@@ -105,6 +105,8 @@ def translate(raw: dict[str, Any]) -> dict[str, Any]:
     trainer["batch_size"] = data.pop("batch_size", PRIME_SFT_DEFAULTS["batch_size"])
     if "seed" in data:
         trainer["seed"] = data.pop("seed")
+    if data.pop("shuffle", True) is False:  # set aside when true: vf-sft shuffles, as TRL's SFTTrainer
+        raise ConfigError("data.shuffle: false is not supported yet by vf-sft (it trains the rows shuffled)")
     _rest("data.", data, DATA_SET_ASIDE)
     if (max_steps := raw.pop("max_steps", None)) is not None:
         trainer["max_steps"] = max_steps
