@@ -465,10 +465,17 @@ def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_di
     env, _ = _training_envs(cfg, load_env_entry, notes.append)
     try:  # max_steps 2 x (batch_size 4 / rollouts_per_example 2)
         assert len(env.tasks) == 4 and notes == ["v1 taskset 'v1_tiny_endless' is endless: this run takes its first "
-                                                 "4 tasks (as many as its steps draw); [env] args.max_tasks sets "
+                                                 "4 tasks (as many as it draws); [env] args.max_tasks sets "
                                                  "another number"]
     finally:
         env.close()
+    # an endless taskset as a held-out eval env (prime-rl's kuhn-poker configs evaluate on one): the eval takes the
+    # examples it draws. Before: the run failed at start, "is endless: take its first N tasks with max_tasks".
+    (tmp_path / "eval.toml").write_text(text.replace('path = "."', f'path = "{FIXTURES}"') + (
+        f'\n[[eval.env]]\nid = "v1_tiny_endless"\napi = "v1"\npath = "{FIXTURES}"\nnum_examples = 2\n'))
+    vf_rl_in_process(["@", "eval.toml", "--model", str(tiny_model_dir)], tmp_path / "out2")
+    evals = [json.loads(l) for l in (tmp_path / "out2/metrics.jsonl").read_text().splitlines()]
+    assert [r["eval/when"] for r in evals if "eval/v1_tiny_endless/reward/mean" in r] == ["before", "after"]
 
 
 PRIME_TRAIN = """

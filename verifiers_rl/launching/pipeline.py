@@ -149,10 +149,11 @@ def _held_out(cfg: RunConfig, trainer: Any, args: Any, sub_envs: list[Any],
             sampling["max_tokens"] = ev.max_tokens
         if ev.env:
             for e in ev.env:
-                eval_env = load_environment(e.id, e.args, api=e.api, path=e.path)
+                n = e.num_examples if e.num_examples is not None else ev.num_examples
+                # an endless v1 taskset: the examples the eval draws, as training takes what its steps draw
+                eval_env = load_environment(e.id, e.args, api=e.api, path=e.path, endless_tasks=n if n > 0 else None)
                 check_judges([(_env_name(e.id, e.name), eval_env)], plan_policy(trainer.plan),
                              print if trainer.is_world_process_zero() else None)
-                n = e.num_examples if e.num_examples is not None else ev.num_examples
                 r = e.rollouts_per_example if e.rollouts_per_example is not None else ev.rollouts_per_example
                 evals.append((_env_name(e.id, e.name), eval_env, n, r))
         else:  # each training env's own eval split

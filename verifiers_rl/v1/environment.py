@@ -43,9 +43,9 @@ class V1Environment:
         self.rubric = NoRubric()
         self.endless_note = None
         if getattr(env.taskset, "INFINITE", False) and max_tasks is None and endless_tasks:
-            max_tasks = endless_tasks  # a training run's draw, as prime-rl streams an endless taskset
+            max_tasks = endless_tasks  # a run's draw (its steps', an eval's examples), as prime-rl streams one
             self.endless_note = (f"v1 taskset {self.env_id!r} is endless: this run takes its first {max_tasks} tasks "
-                                 "(as many as its steps draw); [env] args.max_tasks sets another number")
+                                 "(as many as it draws); [env] args.max_tasks sets another number")
         elif getattr(env.taskset, "INFINITE", False) and max_tasks is None:
             raise ValueError(f"v1 taskset {self.env_id!r} is endless: take its first N tasks with max_tasks (vf-rl: "
                              "[env] args.max_tasks = N; vf-eval: --env-args '{\"max_tasks\": N}'; a notebook: "
