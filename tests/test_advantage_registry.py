@@ -37,7 +37,7 @@ def config(tmp_path, **kw) -> vf.RLConfig:
 
 
 def test_registry_names_each_estimator_with_its_own_config():
-    assert list(ADVANTAGES) == ["grpo", "rloo", "max_rl"]
+    assert list(ADVANTAGES) == ["grpo", "rloo", "max_rl", "rae"]
     for name in ADVANTAGES:
         spec = get_advantage(name)
         assert spec.name == name and dataclasses.is_dataclass(spec.config) and callable(spec.fn)
@@ -45,7 +45,7 @@ def test_registry_names_each_estimator_with_its_own_config():
     assert get_advantage("grpo").config is GRPOAdvantageConfig and get_advantage("rloo").min_group_size == 2
     with pytest.raises(ValueError) as e:
         get_advantage("gae")
-    assert str(e.value) == "advantage.type='gae' is not one of grpo, rloo, max_rl; set advantage.type to one of them, or to an import path 'package.module:SPEC'"
+    assert str(e.value) == "advantage.type='gae' is not one of grpo, rloo, max_rl, rae; set advantage.type to one of them, or to an import path 'package.module:SPEC'"
 
 
 def test_rloo_baselines_each_rollout_by_the_mean_of_the_others():
@@ -113,7 +113,7 @@ def test_advantages_for_applies_the_chosen_estimator(tmp_path):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(advantage={"type": "gae"}), "advantage.type='gae' is not one of grpo, rloo, max_rl; set advantage.type"),
+    (dict(advantage={"type": "gae"}), "advantage.type='gae' is not one of grpo, rloo, max_rl, rae; set advantage.type"),
     (dict(advantage={"type": "grpo", "std": "group"}),
      "advantage.std is not a key of advantage type 'grpo'; its keys: scale_rewards"),
     (dict(advantage={"type": "rloo", "scale_rewards": "group"}),
@@ -292,5 +292,75 @@ def test_a_real_rltrainer_run_trains_with_prime_rls_estimators(advantage, tiny_m
             assert lengths is None and out.tolist() == pytest.approx(want.tolist(), abs=1e-6)
         else:  # the run handed each rollout's lengths: tokens the model wrote and read, in one turn each
             assert (lengths.output > 0).all() and (lengths.input > 0).all() and (lengths.turns == 1).all()
+    logged = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
+    assert [r["advantage/abs_mean"] for r in logged] == pytest.approx([float(o.abs().mean()) for *_, o in seen])
+
+
+
+# --- rae: per-agent moving baselines (prime-rl's RAEAlgorithm) --------------------------------------------------------
+
+
+def _prime_rls_rae(rewards: list[float], agents: list[str], decay: float, baselines: dict) -> list[float]:
+    """prime-rl's RAEAlgorithm.score_group, restated: each trace against its agent's baseline, then the update."""
+    out = []
+    for r, a in zip(rewards, agents):
+        b = baselines.get(a, 0.0)
+        out.append(r - b)
+        baselines[a] = decay * b + (1.0 - decay) * r
+    return out
+
+
+def test_rae_scores_each_rollout_against_its_agents_baseline_before_updating_it():
+    from verifiers_rl.trainer.advantage_types.rae import RAEAdvantageConfig, agent_of
+    from verifiers_rl.trainer.advantages import rae_advantages
+
+    # a zero-sum two-seat game over three steps: the first mover wins more often, so a shared (group) mean would
+    # credit the first seat for the order alone
+    steps = [([1.0, -1.0, 1.0, -1.0], ["g/first", "g/second"] * 2), ([-1.0, 1.0, 1.0, -1.0], ["g/first", "g/second"] * 2),
+             ([1.0, -1.0], ["g/first", "g/second"])]
+    ours, theirs = {}, {}
+    for rewards, agents in steps:
+        got = rae_advantages(torch.tensor(rewards), 1, RAEAdvantageConfig(decay=0.5), agents=agents, baselines=ours)
+        assert got.tolist() == pytest.approx(_prime_rls_rae(rewards, agents, 0.5, theirs))
+    assert ours == pytest.approx(theirs) and ours["g/first"] > 0 > ours["g/second"]
+    # first step, decay 0.5 by hand: 1 - 0 = 1, then b_first = 0.5; the second game's first seat: 1 - 0.5 = 0.5
+    assert rae_advantages(torch.tensor([1.0, 1.0]), 1, RAEAdvantageConfig(decay=0.5), agents=["a", "a"],
+                          baselines={}).tolist() == [1.0, 0.5]
+    assert agent_of({"task": "kuhn", "info": {"agent": "player_0"}}) == "kuhn/player_0"
+    assert agent_of({"task": None, "info": None}) == "/"
+    with pytest.raises(Exception, match=r"advantage.decay=1.5 must be in \[0, 1\)"):
+        RAEAdvantageConfig(decay=1.5)
+
+
+def test_rae_learns_from_groups_of_one_where_grpo_is_refused(tmp_path):
+    assert config(tmp_path, batch_size=4, micro_batch_size=2, rollouts_per_example=1,
+                  advantage={"type": "rae"}).rollouts_per_example == 1
+    with pytest.raises(Exception, match="rollouts_per_example=1 must be >= 2"):
+        config(tmp_path, batch_size=4, micro_batch_size=2, rollouts_per_example=1)
+
+
+@pytest.mark.integration  # trains for many seconds in-process
+def test_a_real_rltrainer_run_trains_with_rae_on_groups_of_one(tiny_model_dir, tmp_path, monkeypatch):
+    from test_trainer import make_config, make_env, read_metrics
+
+    from verifiers_rl.trainer.advantage_types import rae
+
+    registered, seen = rae.ADVANTAGE.fn, []
+
+    def recorded(rewards, group_size, cfg, *, agents, baselines):
+        before = dict(baselines)
+        out = registered(rewards, group_size, cfg, agents=agents, baselines=baselines)
+        seen.append((rewards.clone(), list(agents), before, out.clone()))
+        return out
+
+    monkeypatch.setattr(rae, "ADVANTAGE", dataclasses.replace(rae.ADVANTAGE, fn=recorded))
+    args = make_config(tmp_path, rollouts_per_example=1, advantage={"type": "rae", "decay": 0.5})
+    vf.RLTrainer(str(tiny_model_dir), make_env(), args).train()
+    assert len(seen) == 2 and seen[0][2] == {}  # two steps; the baselines start empty and carry over
+    baselines: dict = {}
+    for rewards, agents, before, out in seen:
+        assert before == pytest.approx(baselines) and len(set(agents)) == 1  # one seat: REINFORCE, moving baseline
+        assert out.tolist() == pytest.approx(_prime_rls_rae(rewards.tolist(), agents, 0.5, baselines))
+    assert any(o.abs().sum() > 0 for *_, o in seen)  # a group of one still gets a signal
     logged = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
     assert [r["advantage/abs_mean"] for r in logged] == pytest.approx([float(o.abs().mean()) for *_, o in seen])

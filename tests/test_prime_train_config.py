@@ -167,9 +167,10 @@ def test_a_one_seat_v1_config_translates_onto_the_same_run(tmp_path, capsys):
 
 @pytest.mark.parametrize("algo, advantage", [
     ('type = "max_rl"', {"type": "max_rl"}),
+    ('type = "rae"\ndecay = 0.9', {"type": "rae", "decay": 0.9}),
     ('type = "grpo"\nlength_penalty = { type = "linear", num_output_tokens_weight = 0.5 }',
      {"length_penalty": {"type": "linear", "num_output_tokens_weight": 0.5}}),
-], ids=["max_rl", "length_penalty"])
+], ids=["max_rl", "rae", "length_penalty"])
 def test_prime_rls_max_rl_and_length_penalty_translate_to_the_advantage(algo, advantage, tmp_path):
     text = ONE_SEAT + f"\n[orchestrator.algo]\n{algo}\n"
     native = translated(tmp_path, text)
@@ -207,8 +208,8 @@ def test_opd_with_a_served_teacher_and_two_weighted_sources(tmp_path):
 
 
 @pytest.mark.parametrize("edit, expected", [
-    (("[orchestrator.algo]\ntype = \"opd\"", "[orchestrator.algo]\ntype = \"rae\""),
-     "orchestrator.algo.type: 'rae' is not supported by the local trainer"),
+    (("[orchestrator.algo]\ntype = \"opd\"", "[orchestrator.algo]\ntype = \"echo\""),
+     "orchestrator.algo.type: 'echo' is not supported by the local trainer"),
     (("[trainer.loss]\nkl_tau = 0.002", "[trainer.loss]\ndppo_mask_low = 0.1"),
      "trainer.loss.dppo_mask_low: not supported yet by the local trainer"),
     (("ratio = 3.0", "ratio = 3.0\ngroup_size = 4"),
@@ -444,3 +445,14 @@ def test_a_samples_length_is_the_orchestrators_and_any_prompt_that_fits_trains(t
     assert (args["trainer"]["args"]["max_seq_len"], args["trainer"]["args"]["max_prompt_len"]) == (512, 511)
     run = resolve_run(load(tmp_path, ONE_SEAT)[0], {"output_dir": str(tmp_path / "out")}, check_environments=False)
     assert (run.args.max_seq_len, run.args.max_prompt_len, run.args.max_tokens) == (1024, 1023, 96)
+
+
+def test_prime_rls_rae_runs_its_default_group_of_one(tmp_path):
+    # prime-rl's configs/debug/algo/rae.toml shape: rae with group_size left at its default of 1 (a per-agent
+    # baseline, not the group's). Before: refused; grpo with a group of one still is, in one line.
+    text = ONE_SEAT.replace("group_size = 8\n", "") + "\n[orchestrator.algo]\ntype = \"rae\"\n"
+    run = resolve_run(load(tmp_path, text)[0], {"output_dir": str(tmp_path / "o")}, check_environments=False)
+    assert run.args.rollouts_per_example == 1 and resolve_advantage(run.args)[1].decay == 0.95
+    with pytest.raises(ConfigError, match="rollouts_per_example=1 must be >= 2"):
+        resolve_run(load(tmp_path, ONE_SEAT.replace("group_size = 8\n", ""))[0], {"output_dir": str(tmp_path / "p")},
+                    check_environments=False)

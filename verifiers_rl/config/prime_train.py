@@ -179,12 +179,14 @@ def _algo(r: _Reader, sources: list[dict[str, Any]], o: Translation) -> None:
     kind = algo.get("type", "grpo")
     if kind not in ALGO_MODES:
         raise ConfigError(f"orchestrator.algo.type: {kind!r} is not supported by the local trainer (grpo, max_rl, "
-                          "opd, sft; docs/training.md says why)")
+                          "rae, opd, sft; docs/training.md says why)")
     penalty = algo.pop("length_penalty", None)
     if penalty is not None and kind != "grpo":
         raise ConfigError(f"orchestrator.algo.length_penalty: applies to type 'grpo', not {kind!r}")
     if kind == "max_rl":
         o.arg("advantage", {"type": "max_rl"}, "orchestrator.algo.type")
+    elif kind == "rae":
+        o.arg("advantage", {"type": "rae", "decay": algo.pop("decay", 0.95)}, "orchestrator.algo.type")
     elif penalty is not None:
         o.arg("advantage", {"length_penalty": penalty}, "orchestrator.algo.length_penalty")
     teacher = _teacher(algo, "orchestrator.algo")

@@ -12,7 +12,7 @@ DEFAULT_MICRO_BATCH = 8
 # prime-rl's defaults where they differ from vf-rl's (prime-rl-configs 559b447).
 PRIME_RL_DEFAULTS = {"learning_rate": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0, "batch_size": 128,
                      "group_size": 1, "eval_interval": 100, "lora_rank": 16}
-ALGO_MODES = {"grpo": "rl", "max_rl": "rl", "opd": "opd", "sft": "sft"}
+ALGO_MODES = {"grpo": "rl", "max_rl": "rl", "rae": "rl", "opd": "opd", "sft": "sft"}
 # Renamed or removed keys that still translate, one warning each (the prime CLI warns on the same ones).
 DEPRECATED = {
     "orchestrator.trajectory_strategy": "ignored: a rollout's turns train as one sample ('interleaved')",
@@ -73,8 +73,9 @@ RULES: list[Rule] = [
     Rule("orchestrator.renderer", "env.args.renderer", "verifiers' TrainClientConfig.renderer of each v1 env "
          "(e.g. {name = 'prime-qwen3'})"),
     Rule("orchestrator.algo.type", "training_mode, trainer.args.advantage", "grpo → rl, max_rl → rl with "
-         "advantage.type 'max_rl', opd → opd, sft → sft; a source's own algo must agree; rae, hierarchical_grpo, "
-         "echo and opsd are not supported (docs/training.md says why)"),
+         "advantage.type 'max_rl', rae → rl with advantage.type 'rae' (its decay as is), opd → opd, sft → sft; a "
+         "source's own algo must agree; hierarchical_grpo, echo and opsd are not supported (docs/training.md says "
+         "why)"),
     Rule("orchestrator.algo.length_penalty", "trainer.args.advantage.length_penalty", "grpo: its weights as is "
          "(type 'linear')"),
     Rule("orchestrator.algo.teacher", "[teacher]", "opd: `base_url` → url, `name` → name, `api_key_var` as is"),

@@ -10,6 +10,7 @@ import torch
 from verifiers_rl.trainer.advantage_types.grpo import SCALE_REWARDS_CHOICES, GRPOAdvantageConfig
 from verifiers_rl.trainer.advantage_types.length_penalty import RolloutLengths, length_shaped
 from verifiers_rl.trainer.advantage_types.max_rl import MaxRLAdvantageConfig
+from verifiers_rl.trainer.advantage_types.rae import RAEAdvantageConfig
 from verifiers_rl.trainer.advantage_types.rloo import RLOOAdvantageConfig
 
 # Added to the std before dividing, as TRL does, so a group with equal rewards gives 0, not NaN.
@@ -77,18 +78,37 @@ def max_rl_advantages(rewards: torch.Tensor, group_size: int, config: MaxRLAdvan
     return torch.where(mean > 0, scaled, torch.zeros_like(scaled)).view(-1)
 
 
+def rae_advantages(rewards: torch.Tensor, group_size: int, config: RAEAdvantageConfig, *, agents: list[str],
+                   baselines: dict[str, float]) -> torch.Tensor:
+    """Each rollout's reward minus its agent's moving baseline, in order, each scored before its own reward moves
+    the baseline (prime-rl's order). ``baselines`` (agent -> value, 0 at first) is the run's and is updated in place:
+    the one estimator whose result depends on the steps before."""
+    compute_advantages(rewards, group_size)  # checks shape and values
+    out = []
+    for reward, agent in zip(rewards.tolist(), agents, strict=True):
+        baseline = baselines.get(agent, 0.0)
+        out.append(reward - baseline)
+        baselines[agent] = config.decay * baseline + (1.0 - config.decay) * reward
+    return torch.tensor(out, dtype=torch.float32)
+
+
 def advantages_for(rewards: torch.Tensor, group_size: int, estimator: tuple[Any, Any],
-                   kept: list[bool] | None = None, lengths: RolloutLengths | None = None) -> torch.Tensor:
+                   kept: list[bool] | None = None, lengths: RolloutLengths | None = None,
+                   agents: list[str] | None = None, baselines: dict[str, float] | None = None) -> torch.Tensor:
     """The advantages of a step's ``rewards`` under ``estimator``, the run's ``(AdvantageSpec, config)``. A rollout
     with ``kept`` False (dropped by its env) gets 0 and is left out of its group's baseline (too few kept: all 0);
-    ``lengths`` feed grpo's length penalty."""
+    ``lengths`` feed grpo's length penalty; ``agents`` and the run's ``baselines``, rae's."""
 
     spec, config = estimator
 
     def run(r: torch.Tensor, g: int, idx: torch.Tensor | None = None) -> torch.Tensor:
-        if not spec.uses_lengths:
-            return spec.fn(r, g, config)
-        return spec.fn(r, g, config, lengths=lengths if lengths is None or idx is None else lengths.take(idx))
+        extra: dict[str, Any] = {}
+        if spec.uses_lengths:
+            extra["lengths"] = lengths if lengths is None or idx is None else lengths.take(idx)
+        if spec.uses_agents:
+            extra["agents"] = agents if idx is None else [agents[i] for i in idx.tolist()]  # type: ignore[index]
+            extra["baselines"] = {} if baselines is None else baselines
+        return spec.fn(r, g, config, **extra)
 
     if kept is None or all(kept):
         return run(rewards, group_size)

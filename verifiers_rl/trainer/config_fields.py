@@ -15,7 +15,7 @@ from verifiers_rl.trainer.buffer import BufferConfig, BufferSettings
 from verifiers_rl.trainer.checkpoints import CheckpointSettings
 from verifiers_rl.trainer.modes import mode_problem
 from verifiers_rl.trainer.optim_settings import optimizer_problem
-from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS, check_advantage, check_loss, resolve_loss
+from verifiers_rl.trainer.typed_table import DEPRECATED_KEYS, check_advantage, check_loss, learns_alone, resolve_loss
 from verifiers_rl.trainer.run_settings import resolve_run_settings, wandb_problem
 
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -185,10 +185,10 @@ class RLFields(CheckpointSettings, BufferSettings):
                 "mask_ratio_low, mask_ratio_high, kl_tau, beta). docs/training.md#choosing-a-loss"})
     scale_rewards: str | bool | None = _deprecated("scale_rewards")  # TRL: true / false = group / none
     advantage: dict[str, Any] | str | None = field(default=None, metadata={
-        "help": "The advantage estimator: a table with 'type' (grpo, rloo, max_rl; None: grpo) and its keys, e.g. "
-                "{type = 'rloo'} (or 'rloo' alone), {scale_rewards = 'group'} (grpo: none, group or batch), "
-                "{type = 'grpo', length_penalty = {}}. "
-                "docs/training.md#choosing-an-advantage-estimator"})
+        "help": "The advantage estimator: a table with 'type' (grpo, rloo, max_rl, rae; None: grpo) and its keys, "
+                "e.g. {type = 'rloo'} (or 'rloo' alone), {scale_rewards = 'group'} (grpo: none, group or batch), "
+                "{type = 'grpo', length_penalty = {}}, {type = 'rae', decay = 0.95} (per-agent moving baselines: "
+                "self-play). docs/training.md#choosing-an-advantage-estimator"})
 
     # --- Training mode (rl | opd | sft) and the teacher: their rules in trainer/modes.py -----------------------------
     training_mode: str = field(default="rl", metadata={
@@ -352,7 +352,7 @@ class RLFields(CheckpointSettings, BufferSettings):
                   "through the dataset (transformers' -1, num_train_epochs instead, does not apply)")
         if not self.learning_rate >= 0:
             _fail("learning_rate", f"learning_rate={self.learning_rate} must be >= 0")
-        if self.rollouts_per_example < (2 if self.training_mode == "rl" else 1):  # distillation needs no groups
+        if self.rollouts_per_example < (2 if self.training_mode == "rl" and not learns_alone(self) else 1):  # opd/sft
             _fail(
                 "rollouts_per_example",
                 f"rollouts_per_example={self.rollouts_per_example} must be >= 2: advantages are reward minus the group "

@@ -14,6 +14,7 @@ import torch
 from verifiers_rl.rewards import is_dropped, reward_of, training_reward
 from verifiers_rl.trainer import distributed
 from verifiers_rl.trainer.advantage_types.length_penalty import rollout_lengths
+from verifiers_rl.trainer.advantage_types.rae import agent_of
 from verifiers_rl.trainer.advantages import advantages_for
 from verifiers_rl.trainer.batching import Sample, collate, drop_reason, split_micro_batches
 from verifiers_rl.trainer.logprobs import packing_matches, policy_token_logprobs
@@ -45,6 +46,7 @@ class StepRunner:
         self.packing_checked: bool | None = None  # prompt packing verified on this model (None: not yet)
         self.started = 0.0  # perf_counter at the start of the current step (time/step)
         self.estimator = resolve_advantage(trainer.args)  # built when the RLConfig was made; every step uses it
+        self.baselines: dict[str, float] = {}  # rae's per-agent moving baselines (advantage_types/rae.py)
         self.mismatch_checked = False  # the run's first on-policy step compared sampler and trainer log-probs
 
     def run(self, model: torch.nn.Module) -> torch.Tensor:
@@ -61,7 +63,9 @@ class StepRunner:
 
         rewards = torch.tensor([training_reward(s, args.zero_truncated_completions) for s in states])  # as the buffer
         kept = [not is_dropped(s) for s in states]
-        advantages = advantages_for(rewards, args.rollouts_per_example, self.estimator, kept, rollout_lengths(states))
+        agents = [agent_of(s) for s in states] if self.estimator[0].uses_agents else None
+        advantages = advantages_for(rewards, args.rollouts_per_example, self.estimator, kept, rollout_lengths(states),
+                                    agents, self.baselines)
         mine = slice(offset, offset + len(batch.states))
         samples = tr.mode.samples(batch.states, advantages[mine].tolist())  # opd by URL: the teacher scores here
         t_train = time.perf_counter()

@@ -283,6 +283,14 @@ def _build_advantage(c: Any) -> tuple[AdvantageSpec, Any]:
     return spec, build_config("advantage", kind, spec.config, table, c)
 
 
+def learns_alone(c: Any) -> bool:
+    """Whether the run's estimator learns from a group of one rollout (its baseline is not the group's: rae)."""
+    try:
+        return not resolve_advantage(c)[0].group_baseline
+    except (SettingError, ValueError, TypeError):  # check_advantage names the problem
+        return False
+
+
 def check_advantage(c: Any) -> None:
     """Build the run's estimator config once (``_check``); a group too small for it is one line."""
     spec = _check(c, "advantage")
