@@ -27,7 +27,7 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(8, ge=1)
     lr_scheduler_type: str = "cosine"
     lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
-    optim: str = "adamw_torch"  # transformers' names, or "muon" / "sign_sgd" (trainer/optimizers.py)
+    optim: str | None = None  # transformers' names (None: its default), or "muon" / "sign_sgd" (trainer/optimizers.py)
     optim_args: str | None = None
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -148,8 +148,8 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length, warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, adam_beta1=settings.adam_beta1,
-        adam_beta2=settings.adam_beta2, optim="adamw_torch" if extra_optimizer(settings) else settings.optim,
-        optim_args=settings.optim_args,
+        adam_beta2=settings.adam_beta2, optim_args=settings.optim_args,
+        **({"optim": "adamw_torch" if extra_optimizer(settings) else settings.optim} if settings.optim else {}),
         # TRL defaults to bf16 and gradient checkpointing even on CPU: off unless asked for.
         bf16=settings.bf16, **{ckpt: settings.gradient_checkpointing}, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, packing=settings.packing,
