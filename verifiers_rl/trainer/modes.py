@@ -88,7 +88,7 @@ class RLMode:
         a = self.args
         return build_samples(states, advantages, max_seq_len=a.max_seq_len, mask_env_responses=a.mask_env_responses,
                              mask_truncated_completions=a.mask_truncated_completions, max_prompt_len=a.max_prompt_len,
-                             filter_zero_advantages=a.filter_zero_advantages and self.name == "rl")  # opd: none
+                             filter_zero_advantages=a.filter_zero_advantages)  # rl only: mode_problem
 
     def loss(self, model: Any, mb: Any, lp: Any, sampling: Any, totals: Any) -> Any:
         from verifiers_rl.trainer.loss import LossInputs
