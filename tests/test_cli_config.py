@@ -315,6 +315,25 @@ def test_a_tiny_model_shape_it_cannot_build_stops_vf_rl_before_anything_launches
     assert not (tmp_path / "tiny").exists() and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["--gpus", "4"], "error: --gpus: a plan for N GPUs is shown by a dry run (add --dry-run); a run uses the GPUs it "
+                      "sees (CUDA_VISIBLE_DEVICES)\n"),
+    (["--dry-run", "--gpu-memory-gb", "40"],
+     "error: --gpu-memory-gb sizes the GPUs of a dry run's plan: add --dry-run --gpus N\n"),
+    (["--gpus", "2", "--gpu-memory-gb", "40"],
+     "error: --gpus: a plan for N GPUs is shown by a dry run (add --dry-run); a run uses the GPUs it sees "
+     "(CUDA_VISIBLE_DEVICES)\n"),
+])
+def test_plan_options_outside_a_dry_run_plan_are_one_line(tmp_path, capsys, argv, expected):
+    # --gpu-memory-gb without a GPU plan was once ignored in silence
+    cfg = write(tmp_path, "c.toml", f'model = "m"\n[env]\nid = "reverse-text"\n[trainer.args]\n'
+                f'output_dir = "{tmp_path / "run"}"\n')
+    with pytest.raises(SystemExit) as e:
+        rl_cli.main(["@", str(cfg), *argv])
+    assert e.value.code == 2 and capsys.readouterr().err == expected
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_subcommand(capsys):
     with pytest.raises(SystemExit):
         rl_cli.main(["lsit"])

@@ -234,6 +234,9 @@ def test_run_records_list_and_lookup(tmp_path, monkeypatch):
         runs.resolve_run_dir("be")
     with pytest.raises(runs.RunError, match="not a vf-rl run dir"):
         runs.delete_run(tmp_path)
+    gone = str(tmp_path / "gone")  # a path that does not exist: not searched for as a run name under outputs/
+    with pytest.raises(runs.RunError, match=f"^{re.escape(gone)}: no such directory$"):
+        runs.resolve_run_dir(gone)
     runs.delete_run(b)  # crashed: not running, deleted without --force
     assert not b.exists()
 

@@ -163,6 +163,8 @@ def resolve_run_dir(spec: str, root: str | Path = DEFAULT_ROOT) -> Path:
         raise RunError(f"run {spec!r} is ambiguous: {', '.join(map(str, matches))}; give its output dir")
     if p.is_dir():
         raise RunError(f"{spec}: no {RUN_FILE} there (not a vf-rl run dir)")
+    if "/" in spec:  # a path, not a run name: searching the runs root for it would only mislead
+        raise RunError(f"{spec}: no such directory")
     names = [str((read_run(d) or {}).get("name") or d.name) for d in find_runs(root)]
     from verifiers_rl.value_check import close_match
 

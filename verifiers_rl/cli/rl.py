@@ -135,6 +135,8 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
         if early.get("gpus") is not None and not early.get("dry_run"):
             raise ConfigError("--gpus: a plan for N GPUs is shown by a dry run (add --dry-run); a run uses the GPUs "
                               "it sees (CUDA_VISIBLE_DEVICES)")
+        if early.get("gpu_memory_gb") is not None and (early.get("gpus") is None or not early.get("dry_run")):
+            raise ConfigError("--gpu-memory-gb sizes the GPUs of a dry run's plan: add --dry-run --gpus N")
         if early.get("dry_run") and real_process and "torch" not in sys.modules:
             from verifiers_rl.launching.preview import PARENT_DEVICES
 
