@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from verifiers_rl.models.tiny import CHAT_TEMPLATE
@@ -159,6 +160,59 @@ def test_rows_cut_by_max_length_before_their_loss_are_left_out_and_said(tiny_mod
     with pytest.raises(SFTDataError) as e:
         run_sft(tiny_model_dir, long, settings, console=console)
     assert str(e.value).startswith("data: no row keeps a loss token within max_length = 32 tokens")
+
+
+def _weights(path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+@pytest.mark.integration  # trains in-process (~15 s)
+def test_vf_sft_micro_batches_and_resumes_to_the_same_model(tiny_model_dir, tmp_path):
+    """micro_batch_size splits a step's rows into forwards whose gradients add up to the whole batch's (transformers
+    counts the step's loss tokens across them); resume_from_checkpoint = true continues from output_dir's latest
+    checkpoint-N: both end at the model one uninterrupted whole-batch run writes."""
+    from rich.console import Console
+
+    from verifiers_rl.sft.trainer import SFTSettings, run_sft
+
+    rows = [{"prompt": f"say {w}", "completion": w * (1 + i % 3)}
+            for i, w in enumerate(("apple", "river", "stone", "cloud", "lamp", "tree", "bird", "sand"))]
+    base = dict(max_steps=4, batch_size=4, optim="sgd", learning_rate=0.5, lr_scheduler_type="constant", max_length=32,
+                save_steps=2, logging_steps=1)
+
+    def train(name: str, **kw):
+        settings = SFTSettings(output_dir=str(tmp_path / name), **{**base, **kw})
+        return run_sft(tiny_model_dir, rows, settings, console=Console(quiet=True))
+
+    whole, whole_loss = train("whole")
+    micro, micro_loss = train("micro", micro_batch_size=1)
+    assert micro_loss == pytest.approx(whole_loss, rel=1e-4)
+    ref = _weights(whole)
+    for name, w in _weights(micro).items():
+        assert torch.allclose(w, ref[name], atol=1e-5), name
+    train("resumed", max_steps=2)  # stops at checkpoint-2 (a constant lr: the same schedule as 4 steps)
+    resumed, _ = train("resumed", resume_from_checkpoint=True)
+    for name, w in _weights(resumed).items():
+        assert torch.allclose(w, ref[name], atol=1e-6), name
+    assert (resumed / "checkpoint-4").is_dir()
+
+
+def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):
+    from verifiers_rl.config.loading import ConfigError
+    from verifiers_rl.sft.config import validate_sft_config
+
+    raw = {"model": "m", "data": {"env_id": "reverse-text"}, "trainer": {"output_dir": str(tmp_path / "o"),
+                                                                          "resume_from_checkpoint": True}}
+    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint: no checkpoint-N in .*/o to resume"):
+        validate_sft_config(raw)
+    raw["trainer"]["resume_from_checkpoint"] = str(tmp_path / "checkpoint-7")
+    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint: no checkpoint directory '.*-7'$"):
+        validate_sft_config(raw)
+    (tmp_path / "o" / "checkpoint-3").mkdir(parents=True)
+    raw["trainer"]["resume_from_checkpoint"] = True
+    assert validate_sft_config(raw).trainer.resume_from_checkpoint is True
 
 
 def test_vf_sft_names_the_line_of_a_data_file_it_cannot_parse(tiny_model_dir, tmp_path, capsys):

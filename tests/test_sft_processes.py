@@ -33,7 +33,9 @@ def _vf_sft_two_processes(model, tmp_path, rows: list[dict], extra: str = "") ->
 def test_vf_sft_trains_with_two_processes_and_writes_the_model_once(tiny_model_dir, tmp_path):
     rows = [{"prompt": [{"role": "user", "content": w}], "completion": [{"role": "assistant", "content": w[::-1]}]}
             for w in WORDS]
-    out, r = _vf_sft_two_processes(tiny_model_dir, tmp_path, rows, "logging_steps = 1\nsave_steps = 2\n")
+    # one row per forward: each rank accumulates its 2 rows of a step over 2 forwards
+    out, r = _vf_sft_two_processes(tiny_model_dir, tmp_path, rows,
+                                   "logging_steps = 1\nsave_steps = 2\nmicro_batch_size = 1\n")
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-4000:]
     # the ranks share stdout: rank 0's progress bar may end on the same line as another rank's report
@@ -62,6 +64,9 @@ def test_a_row_no_rank_could_train_on_is_one_line_before_torchrun_starts(tiny_mo
     (dict(gpus=2), 0, "trainer.gpus: 2 asked but no GPU is visible; on the CPU set trainer.processes"),
     (dict(gpus=4), 2, "trainer.gpus: 4 asked but 2 GPU(s) are visible"),
     (dict(gpus=2, processes=3, batch_size=6), 2, "trainer.processes: 3 asked but training runs one process per GPU"),
+    (dict(processes=2, batch_size=8, micro_batch_size=3), 0,
+     "trainer.micro_batch_size: 8 rows per step do not split into forwards of 3 rows on 2 process(es)"),
+    (dict(batch_size=4, micro_batch_size=8), 0, "trainer.micro_batch_size: 4 rows per step do not split"),
 ])
 def test_process_counts_the_machine_or_batch_cannot_take_are_one_line(kw, gpus, match):
     with pytest.raises(ConfigError) as e:

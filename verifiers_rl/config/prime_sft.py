@@ -12,7 +12,8 @@ from verifiers_rl.config.prime_optim import prime_optimizer, prime_schedule
 from verifiers_rl.errors import ConfigError
 
 # prime-rl's defaults (prime-rl-configs 559b447) where vf-sft's differ
-PRIME_SFT_DEFAULTS = {"lr": 1e-6, "weight_decay": 0.01, "seq_len": 128, "batch_size": 128, "lora_rank": 16}
+PRIME_SFT_DEFAULTS = {"lr": 1e-6, "weight_decay": 0.01, "seq_len": 128, "batch_size": 128, "micro_batch_size": 1,
+                      "lora_rank": 16}
 SET_ASIDE = ("deployment", "inference", "eval", "log", "output_dir", "clean", "dry_run", "slurm", "env_vars",
              "tokenizer", "renderer", "weight_broadcast", "resume", "run", "matmul_precision", "gc", "heartbeat",
              "trace_path", "memory_profiler_path", "dist_timeout_seconds", "monitors")
@@ -20,7 +21,7 @@ SET_ASIDE = ("deployment", "inference", "eval", "log", "output_dir", "clean", "d
 MODEL_SET_ASIDE = ("seq_len", "impl", "attn", "compile", "ac_offloading", "fsdp_cpu_offload", "optim_cpu_offload",
                    "reshard_after_forward", "dp_replicate", "ep", "cp", "tp", "trust_remote_code", "dtype",
                    "optimization_dtype", "reduce_dtype", "conversion_dir", "moe_use_grouped_mm", "debug")
-DATA_SET_ASIDE = ("micro_batch_size", "num_workers", "shuffle", "probabilities", "stopping_strategy")
+DATA_SET_ASIDE = ("num_workers", "shuffle", "probabilities", "stopping_strategy")
 
 
 def _rest(where: str, table: dict[str, Any], set_aside: tuple[str, ...] = ()) -> None:
@@ -103,6 +104,7 @@ def translate(raw: dict[str, Any]) -> dict[str, Any]:
         out["data"]["loss_mask"] = data.pop("loss_mask")
     trainer["max_length"] = data.pop("seq_len", PRIME_SFT_DEFAULTS["seq_len"])
     trainer["batch_size"] = data.pop("batch_size", PRIME_SFT_DEFAULTS["batch_size"])
+    trainer["micro_batch_size"] = data.pop("micro_batch_size", PRIME_SFT_DEFAULTS["micro_batch_size"])
     if "seed" in data:
         trainer["seed"] = data.pop("seed")
     if data.pop("shuffle", True) is False:  # set aside when true: vf-sft shuffles, as TRL's SFTTrainer

@@ -110,6 +110,13 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
     problem = cfg.data.env_id is not None and completion_format_problem(cfg.data.completion_format)
     if problem:
         raise ConfigError(f"data.completion_format: {problem}")
+    resume = cfg.trainer.resume_from_checkpoint
+    if resume is True and not any(p.is_dir() and p.name[11:].isdigit() for p in
+                                  Path(cfg.trainer.output_dir).glob("checkpoint-*")):
+        raise ConfigError(f"trainer.resume_from_checkpoint: no checkpoint-N in {cfg.trainer.output_dir} to resume "
+                          "from; drop the setting to start afresh, or give a checkpoint's path")
+    if isinstance(resume, str) and not Path(resume).is_dir():
+        raise ConfigError(f"trainer.resume_from_checkpoint: no checkpoint directory {resume!r}")
     for key, path in (("data.path", cfg.data.path), ("val.path", cfg.val and cfg.val.path)):
         if _local_file(path) and not Path(path).is_file():
             raise ConfigError(f"{key}: no file {path!r} (relative paths are from the current directory, "

@@ -41,6 +41,10 @@ def world_size(trainer: Any, gpus_visible: int) -> int:
     if trainer.batch_size % n:
         raise ConfigError(f"trainer.batch_size: {trainer.batch_size} rows per step cannot be shared by {n} "
                           f"processes; use a multiple of {n}")
+    micro = trainer.micro_batch_size
+    if micro and trainer.batch_size % (micro * n):
+        raise ConfigError(f"trainer.micro_batch_size: {trainer.batch_size} rows per step do not split into forwards "
+                          f"of {micro} rows on {n} process(es); use a batch_size that is a multiple of {micro * n}")
     return n
 
 

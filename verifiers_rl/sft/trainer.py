@@ -25,6 +25,9 @@ class SFTSettings(BaseModel):
     max_steps: int = Field(500, ge=1)
     learning_rate: float = Field(2e-5, ge=0)
     batch_size: int = Field(8, ge=1)
+    # rows per forward on each process (gradient accumulation up to batch_size); None: a process's whole share
+    micro_batch_size: int | None = Field(None, ge=1)
+    resume_from_checkpoint: bool | str | None = None  # transformers': true = output_dir's latest checkpoint-N
     lr_scheduler_type: str = "cosine"
     lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
     optim: str | None = None  # transformers' names (None: its default), or "muon" / "sign_sgd" (trainer/optimizers.py)
@@ -91,7 +94,7 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
     trainer.add_callback(SFTProgress(console, label))
     with frozen_heap(trainer.args.device.type == "cpu"):  # out of HF's first full collection, and later ones
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=settings.resume_from_checkpoint or None)
     if trainer.eval_dataset is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
         trainer.evaluate()  # the final model's validation loss too
     trainer.save_model(str(out))  # rank 0 writes (HF's should_save)
@@ -138,12 +141,14 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
                                settings.lora_target_modules == DEFAULT_LORA_TARGET_MODULES)
         peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=targets,
                                  task_type="CAUSAL_LM")
+    micro = settings.micro_batch_size or settings.batch_size // world  # sft/launch.world_size checked the split
     # transformers 5.18+ names it activation_checkpointing (the old name warns on every construction); older: gradient_
     ckpt = "activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__ else \
         "gradient_checkpointing"
     config = SFTConfig(
         output_dir=str(Path(settings.output_dir)), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
-        per_device_train_batch_size=settings.batch_size // world, lr_scheduler_type=settings.lr_scheduler_type,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=settings.batch_size // (micro * world),
+        lr_scheduler_type=settings.lr_scheduler_type,
         lr_scheduler_kwargs=settings.lr_scheduler_kwargs,
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
         seed=settings.seed, max_length=settings.max_length, warmup_steps=settings.warmup_steps,
