@@ -10,6 +10,14 @@ import tiers
 pytest_plugins = ["pytester"]
 INNER = ("-p", "no:asyncio", "-p", "no:cacheprovider")  # the inner sessions
 
+
+@pytest.fixture(autouse=True)
+def _own_rootdir(pytester):
+    """An ini file in the inner sessions' directory makes it their rootdir: else pytest walks up from
+    /tmp/pytest-of-<user>/ and a setup.py left in /tmp would be theirs, and every test id would change."""
+    pytester.makeini("[pytest]\n")
+
+
 TESTS = """
 import subprocess, pytest
 
