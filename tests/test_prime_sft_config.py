@@ -61,6 +61,11 @@ def test_prime_rls_sft_config_translates_with_its_defaults(tmp_path, capsys, mon
     t = cfg.trainer
     assert (t.max_steps, t.max_length, t.batch_size, t.learning_rate, t.packing) == (100, 4096, 32, 2e-5, True)
     assert t.micro_batch_size == 1  # prime-rl's default: one row per forward, gradient accumulation up to batch_size
+    assert t.resume_from_checkpoint is None
+    (tmp_path / "o" / "checkpoint-20").mkdir(parents=True)
+    for table, resume in (("[resume]\n", True), ("[resume]\nstep = 20\n", 20)):  # the latest, or a step's
+        again = validate_sft_config(load(tmp_path, PRIME_SFT + table, "--trainer.output-dir", "o")).trainer
+        assert again.resume_from_checkpoint == resume
     # prime-rl's optimizer and schedule defaults, and [ckpt] without an interval: at the end only
     assert (t.weight_decay, t.max_grad_norm, t.lr_scheduler_type, t.save_steps) == (0.01, 1.0, "constant", 100)
     assert t.output_dir == "o" and not t.use_lora  # the command line's vf-sft keys apply on top

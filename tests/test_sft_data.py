@@ -210,7 +210,11 @@ def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):
     raw["trainer"]["resume_from_checkpoint"] = str(tmp_path / "checkpoint-7")
     with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint: no checkpoint directory '.*-7'$"):
         validate_sft_config(raw)
+    raw["trainer"]["resume_from_checkpoint"] = 3  # output_dir's checkpoint-3, as vf-rl takes a step number
+    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint: no checkpoint directory '.*o/checkp"):
+        validate_sft_config(raw)
     (tmp_path / "o" / "checkpoint-3").mkdir(parents=True)
+    assert validate_sft_config(raw).trainer.resume_from_checkpoint == 3
     raw["trainer"]["resume_from_checkpoint"] = True
     assert validate_sft_config(raw).trainer.resume_from_checkpoint is True
 

@@ -15,7 +15,7 @@ from verifiers_rl.errors import ConfigError
 PRIME_SFT_DEFAULTS = {"lr": 1e-6, "weight_decay": 0.01, "seq_len": 128, "batch_size": 128, "micro_batch_size": 1,
                       "lora_rank": 16}
 SET_ASIDE = ("deployment", "inference", "eval", "log", "output_dir", "clean", "dry_run", "slurm", "env_vars",
-             "tokenizer", "renderer", "weight_broadcast", "resume", "run", "matmul_precision", "gc", "heartbeat",
+             "tokenizer", "renderer", "weight_broadcast", "run", "matmul_precision", "gc", "heartbeat",
              "trace_path", "memory_profiler_path", "dist_timeout_seconds", "monitors")
 # keys that only size the hosted run's memory or loader, not what is trained
 MODEL_SET_ASIDE = ("seq_len", "impl", "attn", "compile", "ac_offloading", "fsdp_cpu_offload", "optim_cpu_offload",
@@ -115,6 +115,14 @@ def translate(raw: dict[str, Any]) -> dict[str, Any]:
     _optimizer(raw, trainer)
     if (val := _val(raw)) is not None:
         out["val"] = val
+    resume = raw.pop("resume", None)
+    if resume is not None and resume is not False:  # [resume]: the latest checkpoint; step = N; dir = a path
+        resume = dict(resume) if isinstance(resume, dict) else {}
+        step, path = resume.pop("step", None), resume.pop("dir", None)
+        if step is not None and path is not None:
+            raise ConfigError("resume.step, resume.dir: give one (the step is taken from the directory's name)")
+        trainer["resume_from_checkpoint"] = step if step is not None else path or True
+        _rest("resume.", resume)
     trainer.update(own)
     ckpt = dict(raw.pop("ckpt", None) or {})
     # no interval: at the end only (of the run as the command line sizes it too; vf-sft's default is 500 steps)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from verifiers_rl.sft.trainer import SFTSettings
+from verifiers_rl.sft.trainer import SFTSettings, resume_point
 
 
 class _Section(BaseModel):
@@ -110,7 +110,7 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
     problem = cfg.data.env_id is not None and completion_format_problem(cfg.data.completion_format)
     if problem:
         raise ConfigError(f"data.completion_format: {problem}")
-    resume = cfg.trainer.resume_from_checkpoint
+    resume = resume_point(cfg.trainer)
     if resume is True and not any(p.is_dir() and p.name[11:].isdigit() for p in
                                   Path(cfg.trainer.output_dir).glob("checkpoint-*")):
         raise ConfigError(f"trainer.resume_from_checkpoint: no checkpoint-N in {cfg.trainer.output_dir} to resume "

@@ -27,7 +27,8 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(8, ge=1)
     # rows per forward on each process (gradient accumulation up to batch_size); None: a process's whole share
     micro_batch_size: int | None = Field(None, ge=1)
-    resume_from_checkpoint: bool | str | None = None  # transformers': true = output_dir's latest checkpoint-N
+    # true: output_dir's latest checkpoint-N, N: its checkpoint-N, or a checkpoint's path (as vf-rl's)
+    resume_from_checkpoint: bool | int | str | None = None
     lr_scheduler_type: str = "cosine"
     lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
     optim: str | None = None  # transformers' names (None: its default), or "muon" / "sign_sgd" (trainer/optimizers.py)
@@ -94,7 +95,7 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
     trainer.add_callback(SFTProgress(console, label))
     with frozen_heap(trainer.args.device.type == "cpu"):  # out of HF's first full collection, and later ones
-        result = trainer.train(resume_from_checkpoint=settings.resume_from_checkpoint or None)
+        result = trainer.train(resume_from_checkpoint=resume_point(settings))
     if trainer.eval_dataset is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
         trainer.evaluate()  # the final model's validation loss too
     trainer.save_model(str(out))  # rank 0 writes (HF's should_save)
@@ -105,6 +106,14 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
         os.write(sys.stdout.fileno(), f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
                                       f"{settings.batch_size // world} rows\n".encode())
     return out, float(result.training_loss)
+
+
+def resume_point(settings: SFTSettings) -> bool | str | None:
+    """`resume_from_checkpoint` as transformers takes it: a step number becomes output_dir's checkpoint-N."""
+    resume = settings.resume_from_checkpoint
+    if resume is True or isinstance(resume, str):
+        return resume
+    return str(Path(settings.output_dir) / f"checkpoint-{resume}") if resume not in (None, False) else None
 
 
 def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, console: Any, label: str,
