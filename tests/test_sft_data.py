@@ -199,6 +199,34 @@ def test_vf_sft_micro_batches_and_resumes_to_the_same_model(tiny_model_dir, tmp_
     assert (resumed / "checkpoint-4").is_dir()
 
 
+@pytest.mark.integration  # trains in-process (~4 s)
+def test_vf_sft_trains_for_num_train_epochs(tiny_model_dir, tmp_path):
+    from rich.console import Console
+
+    from verifiers_rl.sft.trainer import SFTSettings, run_sft
+
+    rows = [{"prompt": f"say {w}", "completion": w} for w in ("apple", "river", "stone", "cloud", "lamp", "tree")]
+    settings = SFTSettings(output_dir=str(tmp_path / "o"), num_train_epochs=2, batch_size=4, max_length=32,
+                           save_steps=1, logging_steps=1)
+    console = Console(record=True, width=200)
+    out, _ = run_sft(tiny_model_dir, rows, settings, console=console)
+    assert "SFT: 2 epochs on 6 rows" in console.export_text()
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert (state["global_step"], state["max_steps"], state["epoch"]) == (4, 4, 2.0)  # 2 batches a pass
+    assert not (out / "checkpoint-5").exists()
+
+
+def test_max_steps_and_num_train_epochs_together_are_one_line():
+    from verifiers_rl.config.loading import ConfigError
+    from verifiers_rl.sft.config import validate_sft_config
+
+    raw = {"model": "m", "data": {"env_id": "reverse-text"}, "trainer": {"max_steps": 10, "num_train_epochs": 2}}
+    with pytest.raises(ConfigError, match=r"^trainer: max_steps and num_train_epochs both size the run; give one"):
+        validate_sft_config(raw)
+    raw["trainer"].pop("max_steps")
+    assert validate_sft_config(raw).trainer.settings().num_train_epochs == 2
+
+
 def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):
     from verifiers_rl.config.loading import ConfigError
     from verifiers_rl.sft.config import validate_sft_config

@@ -77,7 +77,7 @@ class SFTTrainerSection(SFTSettings):
                                   "DDP over gloo); batch_size rows per step are shared among them")
 
     def settings(self) -> SFTSettings:
-        return SFTSettings(**self.model_dump(exclude={"gpus", "processes"}))
+        return SFTSettings(**self.model_dump(exclude={"gpus", "processes"}, exclude_unset=True))
 
 
 class SFTRunConfig(_Section):

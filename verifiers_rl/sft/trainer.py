@@ -23,6 +23,7 @@ class SFTSettings(BaseModel):
 
     output_dir: str = "outputs/sft"
     max_steps: int = Field(500, ge=1)
+    num_train_epochs: float | None = Field(None, gt=0)  # instead of max_steps: passes over the rows (TRL's)
     learning_rate: float = Field(2e-5, ge=0)
     batch_size: int = Field(8, ge=1)
     # rows per forward on each process (gradient accumulation up to batch_size); None: a process's whole share
@@ -50,6 +51,12 @@ class SFTSettings(BaseModel):
     gradient_checkpointing: bool = False
     packing: bool = False  # several rows per max_length row (TRL's best-fit packing; attention kept per row)
     report_to: str | list[str] = "none"
+
+    @model_validator(mode="after")
+    def _length(self) -> "SFTSettings":
+        if self.num_train_epochs is not None and "max_steps" in self.model_fields_set:
+            raise ValueError("max_steps and num_train_epochs both size the run; give one")
+        return self
 
     @model_validator(mode="after")
     def _optimizer(self) -> "SFTSettings":
@@ -90,7 +97,9 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
 
     if header:
         kind = "LoRA" if settings.use_lora else "full"
-        console.print(f"SFT: {settings.max_steps} steps on {len(rows)} rows ({kind}, batch {settings.batch_size}, "
+        length = (f"{settings.num_train_epochs:g} epochs" if settings.num_train_epochs
+                  else f"{settings.max_steps} steps")
+        console.print(f"SFT: {length} on {len(rows)} rows ({kind}, batch {settings.batch_size}, "
                       f"lr {settings.learning_rate})")
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
     trainer.add_callback(SFTProgress(console, label))
@@ -155,7 +164,9 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
     ckpt = "activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__ else \
         "gradient_checkpointing"
     config = SFTConfig(
-        output_dir=str(Path(settings.output_dir)), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
+        output_dir=str(Path(settings.output_dir)), learning_rate=settings.learning_rate,
+        max_steps=-1 if settings.num_train_epochs else settings.max_steps,
+        num_train_epochs=settings.num_train_epochs or 1.0,
         per_device_train_batch_size=micro, gradient_accumulation_steps=settings.batch_size // (micro * world),
         lr_scheduler_type=settings.lr_scheduler_type,
         lr_scheduler_kwargs=settings.lr_scheduler_kwargs,
