@@ -216,7 +216,7 @@ def test_vf_sft_trains_for_num_train_epochs(tiny_model_dir, tmp_path):
     assert not (out / "checkpoint-5").exists()
 
 
-def test_max_steps_and_num_train_epochs_together_are_one_line():
+def test_run_length_and_warmup_settings_are_checked_in_one_line():
     from verifiers_rl.config.loading import ConfigError
     from verifiers_rl.sft.config import validate_sft_config
 
@@ -225,6 +225,11 @@ def test_max_steps_and_num_train_epochs_together_are_one_line():
         validate_sft_config(raw)
     raw["trainer"].pop("max_steps")
     assert validate_sft_config(raw).trainer.settings().num_train_epochs == 2
+    raw["trainer"]["warmup_steps"] = 0.1  # a share of the run's steps, as transformers takes it
+    assert validate_sft_config(raw).trainer.settings().warmup_steps == 0.1
+    raw["trainer"]["warmup_steps"] = 2.5
+    with pytest.raises(ConfigError, match=r"^trainer: warmup_steps = 2.5: give whole steps, or a share of the run"):
+        validate_sft_config(raw)
 
 
 def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):

@@ -34,7 +34,7 @@ class SFTSettings(BaseModel):
     lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
     optim: str | None = None  # transformers' names (None: its default), or "muon" / "sign_sgd" (trainer/optimizers.py)
     optim_args: str | None = None
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int | float = Field(0, ge=0)  # steps, or a share of the run's steps in [0, 1) (transformers')
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, ge=0)
     adam_beta1: float = Field(0.9, ge=0, lt=1)
@@ -56,6 +56,8 @@ class SFTSettings(BaseModel):
     def _length(self) -> "SFTSettings":
         if self.num_train_epochs is not None and "max_steps" in self.model_fields_set:
             raise ValueError("max_steps and num_train_epochs both size the run; give one")
+        if isinstance(self.warmup_steps, float) and self.warmup_steps >= 1 and not self.warmup_steps.is_integer():
+            raise ValueError(f"warmup_steps = {self.warmup_steps}: give whole steps, or a share of the run in [0, 1)")
         return self
 
     @model_validator(mode="after")
