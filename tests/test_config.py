@@ -210,6 +210,22 @@ def test_a_trl_name_says_what_sets_it_here(tmp_path, key, value, hint):
     assert str(err.value).startswith(f"RLConfig has no {key} (TRL's GRPOConfig name): set {hint}")
 
 
+def test_every_field_trls_grpo_config_adds_is_ours_or_says_what_sets_it(tmp_path):
+    # Before: 28 of them (model_init_kwargs, sync_ref_model, use_transformers_paged, ...) were Python's bare
+    # "unexpected keyword argument" (TRL is installed beside us: its GRPOConfig, read here, is the reference).
+    from transformers import TrainingArguments
+    from trl import GRPOConfig
+
+    from verifiers_rl.trainer.trl_names import TRL_NAMES
+
+    ours = {f.name for f in dataclasses.fields(RLConfig)}
+    theirs = {f.name for f in dataclasses.fields(GRPOConfig)} - {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert sorted(theirs - ours - TRL_NAMES.keys()) == []
+    for key in ("model_init_kwargs", "sync_ref_model", "use_transformers_paged", "max_tool_calling_iterations"):
+        with pytest.raises(TypeError, match=f"^RLConfig has no {key} \\(TRL's GRPOConfig name\\): set "):
+            make(tmp_path, **{key: 1})
+
+
 def test_lora_options_at_default_values_are_fine_without_lora(tmp_path):
     cfg = make(tmp_path, use_lora=False, lora_rank=8, lora_target_modules=list(DEFAULT_LORA_TARGET_MODULES))
     assert not cfg.use_lora

@@ -178,7 +178,7 @@ def check_trainer_args(args: dict[str, Any]) -> None:
         if k in ("loss", "advantage"):
             continue  # typed tables: their type, keys and values are checked where they are built (typed_table)
         if k not in info.types:
-            from verifiers_rl.trainer.config_fields import TRL_NAMES
+            from verifiers_rl.trainer.trl_names import TRL_NAMES
 
             close = close_match(k, info.own) or close_match(k, info.names)
             hint = (f" (TRL's GRPOConfig name: set {TRL_NAMES[k]})" if k in TRL_NAMES

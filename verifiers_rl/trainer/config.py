@@ -10,7 +10,8 @@ from transformers import TrainingArguments
 
 from verifiers_rl.errors import SettingError
 from verifiers_rl.plan.gpus import batch_split_problem
-from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES, TRL_NAMES, RLFields, field_default
+from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES, RLFields, field_default
+from verifiers_rl.trainer.trl_names import TRL_NAMES
 from verifiers_rl.trainer.optim_settings import extra_optimizer
 
 __all__ = ["DEFAULT_LORA_TARGET_MODULES", "RLConfig", "field_default"]

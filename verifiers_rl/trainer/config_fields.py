@@ -22,37 +22,7 @@ DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_pro
 DEFAULT_MAX_PROMPT_LEN = 512  # when neither max_prompt_len nor max_tokens is set (and max_seq_len allows it)
 # LoRA options: changing one from its default while use_lora=False is a mistake worth a clear error.
 _LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
-# TRL's GRPOConfig names with no field here → what sets it (one line instead of "unexpected keyword argument")
-TRL_NAMES = {
-    "num_generations": "rollouts_per_example", "max_completion_length": "max_tokens",
-    "max_prompt_length": "max_prompt_len", "generation_batch_size": "batch_size (rollouts per optimizer step)",
-    "loss_type": "loss (loss = 'dapo', or a table with that loss's keys: {type = 'dapo', epsilon_high = 0.28})",
-    "epsilon": "the loss table's epsilon_low (loss = {type = 'grpo', epsilon_low = 0.2})",
-    "epsilon_high": "the loss table's epsilon_high (loss = {type = 'dapo', epsilon_high = 0.28})",
-    "importance_sampling_level": "the loss table's key (loss = {type = 'grpo', importance_sampling_level = ...})",
-    "use_vllm": "inference_backend = 'vllm' (vllm_server_urls for a running server)",
-    "vllm_mode": "inference_backend = 'vllm'; where the server runs is planned (docs/vllm.md)",
-    "num_iterations": "nothing: each batch of rollouts is one optimizer step",
-    "steps_per_generation": "nothing: each batch of rollouts is one optimizer step",
-    "log_completions": "sample_log_interval", "reward_weights": "the environment rubric's weights",
-    "num_generations_eval": "eval_rollouts_per_example", "vllm_server_base_url": "vllm_server_urls",
-    "generation_kwargs": "temperature, top_p, top_k, min_p (every request states them: docs/vllm.md)",
-    "vllm_max_model_length": "max_seq_len", "vllm_gpu_memory_utilization": "[inference] gpu_memory_utilization",
-    **{f"vllm_{k}": f"[inference.args] {k} (a script: VLLMServerConfig args)" for k in
-       ("tensor_parallel_size", "model_impl")},
-    "vllm_importance_sampling_correction": "the loss table's importance_sampling_mode (loss = {type = 'grpo', "
-                                           "importance_sampling_mode = ...}; 'none': off)",
-    **{name: "nothing: not supported here (docs/training.md#choosing-a-loss)"
-       for name in ("top_entropy_quantile", "off_policy_mask_threshold", "entropy_coef")},
-    # TRL's names of a loss table's keys (trainer/losses/trl_types.py)
-    **{trl: f"the loss table's {key} (loss = {{type = '{loss}', {key} = ...}})" for trl, loss, key in (
-        ("delta", "grpo", "delta"), ("vllm_importance_sampling_mode", "grpo", "importance_sampling_mode"),
-        ("vllm_importance_sampling_cap", "grpo", "importance_sampling_clip_max"),
-        ("vllm_importance_sampling_clip_min", "grpo", "importance_sampling_clip_min"),
-        ("vllm_importance_sampling_clip_max", "grpo", "importance_sampling_clip_max"),
-        ("sapo_temperature_pos", "sapo", "temperature_pos"), ("sapo_temperature_neg", "sapo", "temperature_neg"),
-        *((f"vespo_{k}", "vespo", k) for k in ("k_pos", "k_neg", "lambda_pos", "lambda_neg")))},
-}
+
 
 
 def _deprecated(name: str) -> Any:
