@@ -232,6 +232,34 @@ def test_run_length_and_warmup_settings_are_checked_in_one_line():
         validate_sft_config(raw)
 
 
+@pytest.mark.integration  # trains in-process (~4 s)
+def test_vf_sft_lora_dropout_and_save_total_limit(tiny_model_dir, tmp_path):
+    from rich.console import Console
+
+    from verifiers_rl.sft.trainer import SFTSettings, run_sft
+
+    rows = [{"prompt": f"say {w}", "completion": w} for w in ("apple", "river", "stone", "cloud")]
+    settings = SFTSettings(output_dir=str(tmp_path / "o"), max_steps=3, batch_size=2, max_length=32, use_lora=True,
+                           lora_dropout=0.1, save_steps=1, save_total_limit=2, logging_steps=1)
+    out, _ = run_sft(tiny_model_dir, rows, settings, console=Console(quiet=True))
+    assert json.loads((out / "adapter_config.json").read_text())["lora_dropout"] == 0.1
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+
+
+@pytest.mark.parametrize("key, hint", [
+    ("per_device_train_batch_size", "micro_batch_size: rows per forward on each process"),
+    ("gradient_accumulation_steps", "batch_size and micro_batch_size"), ("max_seq_length", "max_length"),
+    ("warmup_ratio", "warmup_steps, a share of the run in [0, 1)"), ("assistant_only_loss", "[data.loss_mask]"),
+])
+def test_trls_sft_config_names_say_what_sets_them_in_vf_sft(key, hint):
+    from verifiers_rl.config.loading import ConfigError
+    from verifiers_rl.sft.config import validate_sft_config
+
+    with pytest.raises(ConfigError) as e:
+        validate_sft_config({"model": "m", "data": {"env_id": "reverse-text"}, "trainer": {key: 1}})
+    assert str(e.value).startswith(f"trainer.{key}: unknown key (TRL's SFTConfig name: set {hint}")
+
+
 def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):
     from verifiers_rl.config.loading import ConfigError
     from verifiers_rl.sft.config import validate_sft_config

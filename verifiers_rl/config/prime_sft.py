@@ -51,11 +51,9 @@ def _model(model: dict[str, Any], trainer: dict[str, Any]) -> str:
     if lora is not None:
         lora = dict(lora)
         trainer.update(use_lora=True, lora_rank=lora.pop("rank", PRIME_SFT_DEFAULTS["lora_rank"]))
-        for key in ("alpha", "target_modules"):
+        for key in ("alpha", "target_modules", "dropout"):
             if key in lora:
                 trainer[f"lora_{key}"] = lora.pop(key)
-        if lora.get("dropout", 0.0) == 0.0:  # vf-sft's LoRA has no dropout
-            lora.pop("dropout", None)
         _rest("model.lora.", lora)
     if isinstance(model.pop("ac", None), dict):
         trainer["gradient_checkpointing"] = True

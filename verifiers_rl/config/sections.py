@@ -210,8 +210,10 @@ _BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "les
            "less_than_equal": ("<=", "le")}
 
 
-def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: str = "") -> str:
-    """The first error of a pydantic ValidationError as one line: `key.path: what is wrong (and the fix)`."""
+def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: str = "",
+             foreign: dict[str, str] | None = None) -> str:
+    """The first error of a pydantic ValidationError as one line: `key.path: what is wrong (and the fix)`.
+    `foreign`: an unknown key's full path → the hint for it (another tool's name for a setting)."""
     errors = err.errors()
     # Prefer the most specific error: an unknown or missing key over "not a list" from another union member.
     rank = {"extra_forbidden": 0, "missing": 1}
@@ -223,6 +225,8 @@ def one_line(err: ValidationError, model: type[BaseModel] = RunConfig, prefix: s
     value = e.get("input")
     expected = describe_type(ann) if ann is not None else e["msg"]
     if typ == "extra_forbidden":
+        if key in (foreign or {}):
+            return f"{key}: unknown key ({foreign[key]})"
         close = close_match(str(loc[-1]), siblings)
         hint = f" (did you mean {prefix}{'.'.join([*path[:-1], close])}?)" if close else ""
         return f"{key}: unknown key{hint}"

@@ -80,6 +80,24 @@ class SFTTrainerSection(SFTSettings):
         return SFTSettings(**self.model_dump(exclude={"gpus", "processes"}, exclude_unset=True))
 
 
+# TRL's SFTConfig (and transformers') names vf-sft's [trainer] has no key for → what sets each here
+_TRL_SFT = {
+    "per_device_train_batch_size": "micro_batch_size: rows per forward on each process; batch_size: rows per step",
+    "gradient_accumulation_steps": "batch_size and micro_batch_size: it is batch_size / (micro_batch_size x "
+                                   "processes)",
+    "max_seq_length": "max_length", "lr": "learning_rate", "r": "lora_rank", "lora_r": "lora_rank",
+    "warmup_ratio": "warmup_steps, a share of the run in [0, 1): warmup_steps = 0.1",
+    "completion_only_loss": "nothing: a prompt + completion row trains on its completion only",
+    "assistant_only_loss": "[data.loss_mask]: assistant = true is the default",
+    "dataset_text_field": "nothing: rows have prompt + completion or messages columns",
+    "eval_strategy": "[val] interval", "eval_steps": "[val] interval", "torch_dtype": "bf16", "dtype": "bf16",
+    **{name: "nothing: upload the output dir yourself (hf upload)" for name in ("push_to_hub", "hub_model_id")},
+    **{name: "nothing: not supported by vf-sft" for name in ("padding_free", "use_liger_kernel",
+                                                             "neftune_noise_alpha", "gradient_checkpointing_kwargs")},
+}
+TRL_SFT_NAMES = {f"trainer.{k}": f"TRL's SFTConfig name: set {v}" for k, v in _TRL_SFT.items()}
+
+
 class SFTRunConfig(_Section):
     model: str
     data: DataSection
@@ -99,7 +117,7 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
     try:
         cfg = SFTRunConfig.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(one_line(e, SFTRunConfig)) from None
+        raise ConfigError(one_line(e, SFTRunConfig, foreign=TRL_SFT_NAMES)) from None
     from verifiers_rl.config.hf_fields import report_to_problem
 
     problem = report_to_problem(cfg.trainer.report_to)

@@ -43,8 +43,10 @@ class SFTSettings(BaseModel):
     use_lora: bool = False
     lora_rank: int = Field(8, ge=1)
     lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
     lora_target_modules: list[str] | str = Field(default_factory=lambda: list(DEFAULT_LORA_TARGET_MODULES))
     save_steps: int = Field(500, ge=1)
+    save_total_limit: int | None = Field(None, ge=1)  # the newest N checkpoint-N dirs kept (transformers')
     logging_steps: int = Field(50, ge=1)
     seed: int = 0
     bf16: bool = False
@@ -159,7 +161,8 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
 
         targets = lora_targets(policy, settings.lora_target_modules,
                                settings.lora_target_modules == DEFAULT_LORA_TARGET_MODULES)
-        peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=targets,
+        peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha,
+                                 lora_dropout=settings.lora_dropout, target_modules=targets,
                                  task_type="CAUSAL_LM")
     micro = settings.micro_batch_size or settings.batch_size // world  # sft/launch.world_size checked the split
     # transformers 5.18+ names it activation_checkpointing (the old name warns on every construction); older: gradient_
@@ -173,6 +176,7 @@ def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, 
         lr_scheduler_type=settings.lr_scheduler_type,
         lr_scheduler_kwargs=settings.lr_scheduler_kwargs,
         logging_steps=settings.logging_steps, save_steps=settings.save_steps, report_to=settings.report_to,
+        save_total_limit=settings.save_total_limit,
         seed=settings.seed, max_length=settings.max_length, warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, adam_beta1=settings.adam_beta1,
         adam_beta2=settings.adam_beta2, optim_args=settings.optim_args,
