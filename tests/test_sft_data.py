@@ -227,6 +227,10 @@ def test_run_length_and_warmup_settings_are_checked_in_one_line():
     assert validate_sft_config(raw).trainer.settings().num_train_epochs == 2
     raw["trainer"]["warmup_steps"] = 0.1  # a share of the run's steps, as transformers takes it
     assert validate_sft_config(raw).trainer.settings().warmup_steps == 0.1
+    raw["trainer"]["micro_batch_size"] = 3  # batch_size 8 (vf-sft's default)
+    with pytest.raises(ConfigError, match=r"^trainer: micro_batch_size = 3 does not divide batch_size = 8"):
+        validate_sft_config(raw)
+    raw["trainer"]["micro_batch_size"] = 4
     raw["trainer"]["warmup_steps"] = 2.5
     with pytest.raises(ConfigError, match=r"^trainer: warmup_steps = 2.5: give whole steps, or a share of the run"):
         validate_sft_config(raw)

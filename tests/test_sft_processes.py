@@ -64,9 +64,8 @@ def test_a_row_no_rank_could_train_on_is_one_line_before_torchrun_starts(tiny_mo
     (dict(gpus=2), 0, "trainer.gpus: 2 asked but no GPU is visible; on the CPU set trainer.processes"),
     (dict(gpus=4), 2, "trainer.gpus: 4 asked but 2 GPU(s) are visible"),
     (dict(gpus=2, processes=3, batch_size=6), 2, "trainer.processes: 3 asked but training runs one process per GPU"),
-    (dict(processes=2, batch_size=8, micro_batch_size=3), 0,
-     "trainer.micro_batch_size: 8 rows per step do not split into forwards of 3 rows on 2 process(es)"),
-    (dict(batch_size=4, micro_batch_size=8), 0, "trainer.micro_batch_size: 4 rows per step do not split"),
+    (dict(processes=2, batch_size=12, micro_batch_size=4), 0,
+     "trainer.micro_batch_size: 12 rows per step do not split into forwards of 4 rows on 2 process(es)"),
 ])
 def test_process_counts_the_machine_or_batch_cannot_take_are_one_line(kw, gpus, match):
     with pytest.raises(ConfigError) as e:

@@ -58,6 +58,9 @@ class SFTSettings(BaseModel):
     def _length(self) -> "SFTSettings":
         if self.num_train_epochs is not None and "max_steps" in self.model_fields_set:
             raise ValueError("max_steps and num_train_epochs both size the run; give one")
+        if self.micro_batch_size and self.batch_size % self.micro_batch_size:  # the processes' share: launch.py
+            raise ValueError(f"micro_batch_size = {self.micro_batch_size} does not divide batch_size = "
+                             f"{self.batch_size}: the step's rows must split into whole forwards")
         if isinstance(self.warmup_steps, float) and self.warmup_steps >= 1 and not self.warmup_steps.is_integer():
             raise ValueError(f"warmup_steps = {self.warmup_steps}: give whole steps, or a share of the run in [0, 1)")
         return self
