@@ -335,6 +335,17 @@ def test_checkpoints_come_at_the_interval_or_at_the_end_only(tmp_path):
         "save_steps"] == 10
 
 
+def test_prime_rls_resume_table_resumes_the_local_run(tmp_path):
+    # Before: [resume] was set aside as the hosted run's, so a resumed config started afresh.
+    assert "resume_from_checkpoint" not in translated(tmp_path, TWO_SEATS_GATED)["trainer"]["args"]
+    for table, expected in (("[resume]\n", True), ("[resume]\nstep = 20\n", 20),
+                            ("[resume]\ndir = 'out/checkpoint-20'\n", "out/checkpoint-20")):
+        args = translated(tmp_path, TWO_SEATS_GATED + "\n" + table)["trainer"]["args"]
+        assert args["resume_from_checkpoint"] == expected
+    with pytest.raises(ConfigError, match=r"^resume.step, resume.dir: give one"):
+        translated(tmp_path, TWO_SEATS_GATED + "\n[resume]\nstep = 2\ndir = 'x'\n")
+
+
 def test_activation_checkpointing_turns_on_gradient_checkpointing(tmp_path, capsys):
     assert "gradient_checkpointing" not in translated(tmp_path, ONE_SEAT)["trainer"]["args"]
     ac = ONE_SEAT.replace("[trainer.model.lora]", "[trainer.model.ac]\nfreq = 1\n\n[trainer.model.lora]")

@@ -1,5 +1,6 @@
 """prime-rl's optimizer and learning-rate schedule tables (an RL config's `[trainer.optim]` / `[trainer.scheduler]`,
-an SFT config's `[optim]` / `[scheduler]`) as transformers' settings, for prime train and vf-sft alike.
+an SFT config's `[optim]` / `[scheduler]`) as transformers' settings, and its `[resume]`, for prime train and vf-sft
+alike.
 
 Optimizers: adamw (transformers' default), muon and sign_sgd (ours: trainer/optimizers.py), sgd. Schedules: prime-rl's
 `linear` is a warm-up, a constant stretch, then a linear decay over the last `decay_steps` to `min_lr` (transformers'
@@ -61,3 +62,19 @@ def prime_schedule(sched: dict[str, Any], where: str, lr: float, max_steps: Any)
         return {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": warmup}
     return {"lr_scheduler_type": "warmup_stable_decay", "warmup_steps": warmup,
             "lr_scheduler_kwargs": {"num_decay_steps": decay, "decay_type": "linear", "min_lr_ratio": min_lr / lr}}
+
+
+RESUME_NOTE = "an empty [resume]: the newest checkpoint; step = N: checkpoint-N; dir: a checkpoint's path"
+
+
+def prime_resume(resume: Any) -> bool | int | str | None:
+    """prime-rl's `[resume]` as a `resume_from_checkpoint` value (vf-rl's and vf-sft's); None when absent."""
+    if resume is None or resume is False:
+        return None
+    resume = dict(resume) if isinstance(resume, dict) else {}  # a bare --resume: the newest checkpoint
+    step, path = resume.pop("step", None), resume.pop("dir", None)
+    if step is not None and path is not None:
+        raise ConfigError("resume.step, resume.dir: give one (the step is taken from the directory's name)")
+    if resume:
+        raise ConfigError(f"resume.{next(iter(resume))}: not supported yet (resume takes step or dir)")
+    return step if step is not None else path or True

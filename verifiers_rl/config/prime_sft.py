@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from verifiers_rl.config.prime_optim import prime_optimizer, prime_schedule
+from verifiers_rl.config.prime_optim import prime_optimizer, prime_resume, prime_schedule
 from verifiers_rl.errors import ConfigError
 
 # prime-rl's defaults (prime-rl-configs 559b447) where vf-sft's differ
@@ -113,14 +113,8 @@ def translate(raw: dict[str, Any]) -> dict[str, Any]:
     _optimizer(raw, trainer)
     if (val := _val(raw)) is not None:
         out["val"] = val
-    resume = raw.pop("resume", None)
-    if resume is not None and resume is not False:  # [resume]: the latest checkpoint; step = N; dir = a path
-        resume = dict(resume) if isinstance(resume, dict) else {}
-        step, path = resume.pop("step", None), resume.pop("dir", None)
-        if step is not None and path is not None:
-            raise ConfigError("resume.step, resume.dir: give one (the step is taken from the directory's name)")
-        trainer["resume_from_checkpoint"] = step if step is not None else path or True
-        _rest("resume.", resume)
+    if (resume := prime_resume(raw.pop("resume", None))) is not None:
+        trainer["resume_from_checkpoint"] = resume
     trainer.update(own)
     ckpt = dict(raw.pop("ckpt", None) or {})
     # no interval: at the end only (of the run as the command line sizes it too; vf-sft's default is 500 steps)

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from verifiers_rl.config.loading import ConfigError, pop_path
-from verifiers_rl.config.prime_optim import prime_optimizer, prime_schedule
+from verifiers_rl.config.prime_optim import prime_optimizer, prime_resume, prime_schedule
 from verifiers_rl.config.prime_train_table import (ALGO_MODES, DEFAULT_MICRO_BATCH, DEPRECATED, IGNORED,
                                                    PRIME_RL_DEFAULTS, RULES)
 
@@ -415,6 +415,7 @@ def _logging(r: _Reader, o: Translation) -> None:
         o.arg("save_total_limit", ckpt.pop("keep_last", None), "ckpt.keep_last")
         o.arg("save_keep_interval", ckpt.pop("keep_interval", None), "ckpt.keep_interval")
         _rest("ckpt", ckpt, ("output_dir",))
+    o.arg("resume_from_checkpoint", prime_resume(r.take("resume")), "resume")
 
 
 def _deprecated(r: _Reader, o: Translation) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from verifiers_rl.config.prime_optim import OPTIM_ARGS_NOTE, OPTIM_NOTE, SCHEDULE_NOTE
+from verifiers_rl.config.prime_optim import OPTIM_ARGS_NOTE, OPTIM_NOTE, RESUME_NOTE, SCHEDULE_NOTE
 
 DEFAULT_MICRO_BATCH = 8
 # prime-rl's defaults where they differ from vf-rl's (prime-rl-configs 559b447).
@@ -22,7 +22,7 @@ DEPRECATED = {
 }
 # Keys that size or place the hosted run; the local run sizes itself (vf-rl's [inference] / [trainer] gpus).
 IGNORED = ("deployment", "inference", "slurm", "log", "run", "output_dir", "clean", "dry_run", "weight_broadcast",
-           "rollout_transport", "env_vars", "tokenizer", "resume", "source_ref", "image_tag", "gpu_type", "volume",
+           "rollout_transport", "env_vars", "tokenizer", "source_ref", "image_tag", "gpu_type", "volume",
            "volume_size", "env_file", "type", "monitors.file", "monitors.prime", "trainer.model", "trainer.data",
            "trainer.log", "trainer.monitors", "trainer.output_dir", "trainer.weight_broadcast",
            "trainer.rollout_transport", "trainer.matmul_precision", "trainer.memory_profiler_path", "trainer.tokenizer",
@@ -103,4 +103,5 @@ RULES: list[Rule] = [
     Rule("monitors.wandb", "trainer.args.wandb", "project, entity, name, group, tags, offline as is"),
     Rule("ckpt.interval / keep_last / keep_interval", "trainer.args.save_steps / save_total_limit / "
          "save_keep_interval", "no `[ckpt]`, or no interval: the end of training only"),
+    Rule("resume (step / dir)", "trainer.args.resume_from_checkpoint", RESUME_NOTE),
 ]
