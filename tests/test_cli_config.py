@@ -173,6 +173,8 @@ def test_env_file_paths_are_relative_to_the_config_file(tmp_path):
     ({**BASE, "trainer": {"gpus": -1}}, "trainer.gpus: -1 must be >= 0"),
     ({**BASE, "eval": {"interval": 0}}, "eval.interval: 0 must be >= 1"),
     ({**BASE, "warmup": {"completion_format": "{answer}", "max_steps": -1}}, "warmup.max_steps: -1 must be >= 1"),
+    ({**BASE, "warmup": {"completion_format": "{answer}", "micro_batch_size": 3}},
+     "warmup: micro_batch_size = 3 does not divide batch_size = 32"),
     ({**BASE, "env": [{"id": "a", "ratio": 0}]}, "env.0.ratio: 0 must be > 0"),
     ({**BASE, "eval": {"env": [{"id": "a"}, {"id": "a"}]}}, "eval.env: two eval envs are named 'a'"),
 ])

@@ -264,6 +264,24 @@ def test_trls_sft_config_names_say_what_sets_them_in_vf_sft(key, hint):
     assert str(e.value).startswith(f"trainer.{key}: unknown key (TRL's SFTConfig name: set {hint}")
 
 
+@pytest.mark.integration  # trains in-process (~6 s)
+def test_vf_rl_warmup_takes_micro_batches_and_reuses_across_them(tiny_model_dir, tmp_path):
+    """[warmup] micro_batch_size sizes the forwards only: a finished warm-up is reused whatever it was."""
+    from rich.console import Console
+
+    from verifiers_rl.envs.loading import load_environment
+    from verifiers_rl.sft.warmup import MARKER, run_warmup
+
+    env = load_environment("reverse-text", dataset_source="offline", num_eval_examples=4)
+    kw = dict(completion_format="{answer}", max_steps=2, learning_rate=1e-3, batch_size=4, num_examples=8,
+              max_length=64)
+    console = Console(record=True, width=200)
+    out = run_warmup(tiny_model_dir, env, tmp_path / "w", micro_batch_size=2, console=console, **kw)
+    assert (out / "model.safetensors").exists() and "micro_batch_size" not in (out / MARKER).read_text()
+    run_warmup(tiny_model_dir, env, tmp_path / "w", console=console, **kw)
+    assert "warm-up: reusing the finished SFT model" in console.export_text()
+
+
 def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):
     from verifiers_rl.config.loading import ConfigError
     from verifiers_rl.sft.config import validate_sft_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from verifiers_rl.plan.inference import INFERENCE_BACKENDS
 from verifiers_rl.value_check import close_match, describe_type  # noqa: F401  (describe_type: re-exported)
@@ -36,10 +36,19 @@ class WarmupSection(Section):
     max_steps: int = Field(700, ge=1, description="SFT steps")
     learning_rate: float = Field(3e-3, ge=0, description="SFT learning rate")
     batch_size: int = Field(32, ge=1, description="SFT batch size")
+    micro_batch_size: int | None = Field(None, ge=1, description="rows per forward, gradients accumulating up to "
+                                         "batch_size (a divisor of it); default: the whole batch at once")
     lr_scheduler_type: str = Field("cosine", description="transformers scheduler name")
     num_examples: int = Field(-1, description="training rows to use (-1: all)")
     max_length: int = Field(512, ge=1, description="max tokens per SFT sample")
     seed: int = Field(0, description="SFT seed")
+
+    @model_validator(mode="after")
+    def _whole_forwards(self) -> "WarmupSection":
+        if self.micro_batch_size and self.batch_size % self.micro_batch_size:
+            raise ValueError(f"micro_batch_size = {self.micro_batch_size} does not divide batch_size = "
+                             f"{self.batch_size}")
+        return self
 
 
 ENV_API_DOC = ("which verifiers API the environment speaks: 'classic' (a module with load_environment(**args)), "

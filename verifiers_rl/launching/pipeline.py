@@ -114,7 +114,8 @@ def _warmup(cfg: RunConfig, env: Any, model: Any, console: Any) -> Any:
     return str(run_warmup(first_model(cfg), env, w.output_dir, completion_format=w.completion_format,
                           max_steps=w.max_steps, learning_rate=w.learning_rate, batch_size=w.batch_size,
                           lr_scheduler_type=w.lr_scheduler_type, num_examples=w.num_examples,
-                          seed=w.seed, max_length=w.max_length, console=console))
+                          seed=w.seed, max_length=w.max_length, micro_batch_size=w.micro_batch_size,
+                          console=console))
 
 
 def _trainer(plan: Any, model: Any, env: Any, args: Any) -> Any:

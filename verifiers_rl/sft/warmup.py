@@ -32,8 +32,9 @@ def sft_rows(env: Any, completion_format: str, num_examples: int) -> list[dict[s
 def run_warmup(model: str, env: Any, output_dir: str | Path, *, completion_format: str, max_steps: int,
                learning_rate: float, batch_size: int, lr_scheduler_type: str = "cosine",
                num_examples: int = -1, seed: int = 0, max_length: int = 512, logging_steps: int = 50,
-               console: Any = None) -> Path:
-    """Full fine-tune `model` on the env's data; returns the output dir (a loadable HF model dir)."""
+               micro_batch_size: int | None = None, console: Any = None) -> Path:
+    """Full fine-tune `model` on the env's data; returns the output dir (a loadable HF model dir).
+    `micro_batch_size` sizes its forwards, not what it learns: not part of the settings a finished one is reused by."""
     out = Path(output_dir)
     settings = {"model": str(model), "completion_format": completion_format, "max_steps": max_steps,
                 "learning_rate": learning_rate, "batch_size": batch_size, "lr_scheduler_type": lr_scheduler_type,
@@ -52,6 +53,7 @@ def run_warmup(model: str, env: Any, output_dir: str | Path, *, completion_forma
                       f"(batch {batch_size}, lr {learning_rate})")
     _, loss = run_sft(model, rows, SFTSettings(
         output_dir=str(work), max_steps=max_steps, learning_rate=learning_rate, batch_size=batch_size,
+        micro_batch_size=micro_batch_size,
         lr_scheduler_type=lr_scheduler_type, max_length=max_length, seed=seed, save_steps=max_steps + 1,
         logging_steps=logging_steps), console=console, label="warm-up", header=False)
     (work / MARKER).write_text(json.dumps({"settings": settings, "train_loss": loss,
