@@ -288,15 +288,20 @@ def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):
 
     raw = {"model": "m", "data": {"env_id": "reverse-text"}, "trainer": {"output_dir": str(tmp_path / "o"),
                                                                           "resume_from_checkpoint": True}}
-    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint: no checkpoint-N in .*/o to resume"):
+    # vf-rl's rule (trainer/checkpoints.resolve_resume): a checkpoint is complete when it holds trainer_state.json
+    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint=True: no complete checkpoint in .*/o; "):
         validate_sft_config(raw)
     raw["trainer"]["resume_from_checkpoint"] = str(tmp_path / "checkpoint-7")
-    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint: no checkpoint directory '.*-7'$"):
+    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint='.*-7': no such checkpoint directory$"):
         validate_sft_config(raw)
     raw["trainer"]["resume_from_checkpoint"] = 3  # output_dir's checkpoint-3, as vf-rl takes a step number
-    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint: no checkpoint directory '.*o/checkp"):
+    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint=3: no complete checkpoint-3 in .*/o "):
         validate_sft_config(raw)
     (tmp_path / "o" / "checkpoint-3").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"^trainer.resume_from_checkpoint=3: no complete checkpoint-3"):
+        validate_sft_config(raw)  # half-written: skipped, as vf-rl skips it
+    for name in ("trainer_state.json", "scheduler.pt"):  # complete, and more than the weights: resumable
+        (tmp_path / "o" / "checkpoint-3" / name).write_text("{}")
     assert validate_sft_config(raw).trainer.resume_from_checkpoint == 3
     raw["trainer"]["resume_from_checkpoint"] = True
     assert validate_sft_config(raw).trainer.resume_from_checkpoint is True

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from verifiers_rl.sft.trainer import SFTSettings, resume_point
+from verifiers_rl.sft.trainer import SFTSettings
 
 
 class _Section(BaseModel):
@@ -128,13 +128,12 @@ def validate_sft_config(raw: dict[str, Any]) -> SFTRunConfig:
     problem = cfg.data.env_id is not None and completion_format_problem(cfg.data.completion_format)
     if problem:
         raise ConfigError(f"data.completion_format: {problem}")
-    resume = resume_point(cfg.trainer)
-    if resume is True and not any(p.is_dir() and p.name[11:].isdigit() for p in
-                                  Path(cfg.trainer.output_dir).glob("checkpoint-*")):
-        raise ConfigError(f"trainer.resume_from_checkpoint: no checkpoint-N in {cfg.trainer.output_dir} to resume "
-                          "from; drop the setting to start afresh, or give a checkpoint's path")
-    if isinstance(resume, str) and not Path(resume).is_dir():
-        raise ConfigError(f"trainer.resume_from_checkpoint: no checkpoint directory {resume!r}")
+    from verifiers_rl.trainer.checkpoints import resolve_resume
+
+    try:  # the checkpoint a resume means exists, before anything loads (run_sft resolves it again: the ranks')
+        resolve_resume(cfg.trainer.output_dir, cfg.trainer.resume_from_checkpoint)
+    except ValueError as e:
+        raise ConfigError(f"trainer.{e}") from None
     for key, path in (("data.path", cfg.data.path), ("val.path", cfg.val and cfg.val.path)):
         if _local_file(path) and not Path(path).is_file():
             raise ConfigError(f"{key}: no file {path!r} (relative paths are from the current directory, "

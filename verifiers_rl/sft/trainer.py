@@ -28,7 +28,7 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(8, ge=1)
     # rows per forward on each process (gradient accumulation up to batch_size); None: a process's whole share
     micro_batch_size: int | None = Field(None, ge=1)
-    # true: output_dir's latest checkpoint-N, N: its checkpoint-N, or a checkpoint's path (as vf-rl's)
+    # as vf-rl's (trainer/checkpoints.resolve_resume): true (-1, "latest") the newest complete checkpoint-N, N, a path
     resume_from_checkpoint: bool | int | str | None = None
     lr_scheduler_type: str = "cosine"
     lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
@@ -93,6 +93,7 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     the settings first (vf-rl's warm-up writes its own). `loss_roles`, `on_mismatch`: sft/data.py; `val_rows`:
     the validation loss every `val_interval` steps (and at the end). Raises SFTDataError (one line)."""
     from verifiers_rl.startup_gc import frozen_heap, paused_gc
+    from verifiers_rl.trainer.checkpoints import resolve_resume
 
     with paused_gc():  # the imports, the data and the model: no collection over them until they are loaded
         trainer, tokenizer, console, this_rank, world = _sft_trainer(
@@ -111,7 +112,8 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
     trainer.add_callback(SFTProgress(console, label))
     with frozen_heap(trainer.args.device.type == "cpu"):  # out of HF's first full collection, and later ones
-        result = trainer.train(resume_from_checkpoint=resume_point(settings))
+        result = trainer.train(resume_from_checkpoint=resolve_resume(settings.output_dir,
+                                                                     settings.resume_from_checkpoint))
     if trainer.eval_dataset is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
         trainer.evaluate()  # the final model's validation loss too
     trainer.save_model(str(out))  # rank 0 writes (HF's should_save)
@@ -122,14 +124,6 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
         os.write(sys.stdout.fileno(), f"{label} rank {this_rank} of {world}: {trainer.state.global_step} steps of "
                                       f"{settings.batch_size // world} rows\n".encode())
     return out, float(result.training_loss)
-
-
-def resume_point(settings: SFTSettings) -> bool | str | None:
-    """`resume_from_checkpoint` as transformers takes it: a step number becomes output_dir's checkpoint-N."""
-    resume = settings.resume_from_checkpoint
-    if resume is True or isinstance(resume, str):
-        return resume
-    return str(Path(settings.output_dir) / f"checkpoint-{resume}") if resume not in (None, False) else None
 
 
 def _sft_trainer(model: str, rows: list[dict[str, Any]], settings: SFTSettings, console: Any, label: str,
