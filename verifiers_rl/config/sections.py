@@ -45,10 +45,19 @@ class WarmupSection(Section):
 
     @model_validator(mode="after")
     def _whole_forwards(self) -> "WarmupSection":
-        if self.micro_batch_size and self.batch_size % self.micro_batch_size:
-            raise ValueError(f"micro_batch_size = {self.micro_batch_size} does not divide batch_size = "
-                             f"{self.batch_size}")
+        problem = micro_batch_problem(self.batch_size, self.micro_batch_size)
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def micro_batch_problem(batch_size: int, micro_batch_size: int | None) -> str | None:
+    """vf-sft's and the warm-up's rule (one process; sft/launch.py shares the rows among several): a step's rows split
+    into whole forwards."""
+    if micro_batch_size and batch_size % micro_batch_size:
+        return (f"micro_batch_size = {micro_batch_size} does not divide batch_size = {batch_size}: the step's rows "
+                "must split into whole forwards")
+    return None
 
 
 ENV_API_DOC = ("which verifiers API the environment speaks: 'classic' (a module with load_environment(**args)), "

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from verifiers_rl.config.sections import micro_batch_problem
 from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES
 
 
@@ -58,9 +59,8 @@ class SFTSettings(BaseModel):
     def _length(self) -> "SFTSettings":
         if self.num_train_epochs is not None and "max_steps" in self.model_fields_set:
             raise ValueError("max_steps and num_train_epochs both size the run; give one")
-        if self.micro_batch_size and self.batch_size % self.micro_batch_size:  # the processes' share: launch.py
-            raise ValueError(f"micro_batch_size = {self.micro_batch_size} does not divide batch_size = "
-                             f"{self.batch_size}: the step's rows must split into whole forwards")
+        if problem := micro_batch_problem(self.batch_size, self.micro_batch_size):
+            raise ValueError(problem)
         if isinstance(self.warmup_steps, float) and self.warmup_steps >= 1 and not self.warmup_steps.is_integer():
             raise ValueError(f"warmup_steps = {self.warmup_steps}: give whole steps, or a share of the run in [0, 1)")
         return self
