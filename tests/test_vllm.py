@@ -245,8 +245,8 @@ def test_missing_vllm_python_names_the_install_command(monkeypatch):
 # ===================================================================================================================
 FAKE_SERVER = """#!{python}
 # Stands in for `python -m vllm.entrypoints.openai.api_server`: spawns a grandchild (like vLLM's engine core)
-# and answers /health.
-import argparse, http.server, signal, subprocess, sys
+# and answers /health, leaving a socket file where vLLM puts its ZMQ sockets (it does not remove them at exit).
+import argparse, http.server, os, signal, subprocess, sys, tempfile
 if sys.argv[1:2] == ["-c"]:  # a Python too: the launcher asks it for vLLM's version before starting the server
     exec(sys.argv[2])
     sys.exit(0)
@@ -257,6 +257,7 @@ if "{mode}" == "crash":
     print("RuntimeError: engine core failed to start (stand-in)", flush=True)
     sys.exit(3)
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(os.path.join(os.environ.get("VLLM_RPC_BASE_PATH", tempfile.gettempdir()), f"ipc-{{child.pid}}"), "w").close()
 print("engine core pid", child.pid, flush=True)
 def shutdown(*_):  # like vLLM's API server: SIGTERM shuts its engine core down too
     child.terminate(); sys.exit(0)
@@ -283,8 +284,22 @@ def test_server_group_is_stopped_whole(tmp_path):
     pgid = server.pid
     assert os.getpgid(pgid) == pgid and os.getsid(pgid) == pgid  # its own session and group
     assert poll_until(lambda: len(group_members(pgid)) >= 2, 10, 0.1)  # server + its "engine core"
+    sockets = Path(server.rpc_dir)
+    assert sockets.is_dir() and list(sockets.glob("ipc-*"))  # the server's sockets go to a folder of its own
     server.stop()
     assert group_members(pgid) == []
+    assert not sockets.exists()  # ... removed with them
+
+
+def test_a_users_rpc_path_is_the_servers_and_is_kept(tmp_path, monkeypatch):
+    mine = tmp_path / "rpc"
+    mine.mkdir()
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(mine))
+    server = VLLMServer(VLLMServerConfig(model="m", python=_fake_python(tmp_path, "serve"),
+                                         log_path=str(tmp_path / "s.log"), timeout=30)).start()
+    assert poll_until(lambda: list(mine.glob("ipc-*")), 10, 0.1)
+    server.stop()
+    assert list(mine.glob("ipc-*"))  # the user's folder: theirs to clear
 
 
 def test_server_dying_at_startup_fails_with_one_line_and_log_tail(tmp_path):
@@ -309,20 +324,23 @@ def test_launching_process_killed_takes_the_server_with_it(tmp_path):
             from verifiers_rl.inference.vllm_server import VLLMServer, VLLMServerConfig
             s = VLLMServer(VLLMServerConfig(model="m", python={_fake_python(tmp_path, "serve")!r},
                                             log_path={str(tmp_path / f"s-{sig}.log")!r}, timeout=30)).start()
-            open({str(pid_file)!r}, "w").write(str(s.pid))
+            open({str(pid_file)!r}, "w").write(f"{{s.pid}} {{s.rpc_dir}}")
             time.sleep(600)
         """))
-        proc = subprocess.Popen([sys.executable, str(script)])
+        # TMPDIR: the server's socket folder, which a SIGKILLed launcher cannot remove, lands in tmp_path
+        proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "TMPDIR": str(tmp_path)})
         def started() -> bool:
             assert proc.poll() is None, "launcher exited before starting its server"
             return pid_file.exists() and bool(pid_file.read_text())
 
         wait_for(started, 60, "the launcher to start its server", poll=0.1)
-        pgid = int(pid_file.read_text())
+        pgid, sockets = pid_file.read_text().split()
         time.sleep(0.5)
         proc.send_signal(sig)
         proc.wait(30)
-        assert_group_gone(pgid, f"orphans after {signal.Signals(sig).name}")
+        assert_group_gone(int(pgid), f"orphans after {signal.Signals(sig).name}")
+        assert Path(sockets).parent == tmp_path
+        assert Path(sockets).exists() == (sig == signal.SIGKILL)  # removed by the stop a SIGTERM runs
 
 
 # ===================================================================================================================
@@ -391,9 +409,12 @@ def server(tiny_model_dir, tmp_path_factory):
     # with the gloo weight-transfer backend loaded: native full-weight transfer is tested on this server too
     s = VLLMServer(_server_config(tiny_model_dir, log, eager=False, weight_transfer="gloo"))
     s.start()
+    sockets = Path(s.rpc_dir)
+    assert any(p.is_socket() for p in sockets.iterdir())  # vLLM's ZMQ sockets, in the server's own folder
     yield s
     s.stop()
     assert group_members(s.pid) == []
+    assert not sockets.exists()  # vLLM leaves them at exit: removed with the folder
 
 
 @pytest.fixture(scope="module")

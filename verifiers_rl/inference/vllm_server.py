@@ -13,8 +13,10 @@ import json
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -245,6 +247,7 @@ class VLLMServer:
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._log_file: Any = None
+        self.rpc_dir: str | None = None  # where its ZMQ sockets go, removed at stop (below)
 
     @property
     def url(self) -> str:
@@ -265,7 +268,10 @@ class VLLMServer:
         return build_command(self.config, self.python, self.port, self.layout)
 
     def env(self) -> dict[str, str]:
-        return build_env(self.config, self.python, self.layout)
+        env = build_env(self.config, self.python, self.layout)
+        if self.rpc_dir and "VLLM_RPC_BASE_PATH" not in env:
+            env["VLLM_RPC_BASE_PATH"] = self.rpc_dir
+        return env
 
     @property
     def pid(self) -> int | None:
@@ -289,12 +295,16 @@ class VLLMServer:
         self._log_file = open(self.log_path, "ab", buffering=0)
         self._log_file.write(("$ " + " ".join(self.command()) + "\n").encode())
         _install_exit_hooks()
+        # vLLM leaves its ZMQ IPC socket files in the temp dir even after a clean shutdown (some 7 a start): a
+        # folder of the server's own, removed once its processes are gone
+        self.rpc_dir = tempfile.mkdtemp(prefix="vf-rl-vllm-")
         t0 = time.perf_counter()
         try:
             self.proc = subprocess.Popen(self.command(), env=self.env(), stdin=subprocess.DEVNULL,
                                          stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True,
                                          preexec_fn=_pdeathsig_preexec(), cwd=os.getcwd())
         except OSError as e:
+            self.stop()
             raise VLLMLaunchError(f"could not run {self.python}: {e}") from None
         with _LIVE_LOCK:
             _LIVE.add(self)
@@ -337,6 +347,9 @@ class VLLMServer:
                 _signal_group(pgid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(5)
+        if self.rpc_dir:
+            shutil.rmtree(self.rpc_dir, ignore_errors=True)
+            self.rpc_dir = None
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
