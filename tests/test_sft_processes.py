@@ -47,6 +47,7 @@ def test_vf_sft_trains_with_two_processes_and_writes_the_model_once(tiny_model_d
     # each rank saved its own RNG state in the one checkpoint: both trained
     assert sorted(p.name for p in (out / "checkpoint-2").glob("rng_state*")) == ["rng_state_0.pth",
                                                                                  "rng_state_1.pth"]
+    assert list((out / "logs" / "trainer" / "torchrun").glob("*/attempt_0"))  # torchrun's folders: the run's
 
 
 def test_a_row_no_rank_could_train_on_is_one_line_before_torchrun_starts(tiny_model_dir, tmp_path):

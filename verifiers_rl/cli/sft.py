@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             processes = world_size(cfg.trainer, gpu_count())
             if processes > 1:  # checked here, trained by the ranks (sft/launch.py)
                 check_rows(cfg, rows, val_rows)
-                return relaunch(processes, given)
+                return relaunch(processes, given, cfg.trainer.output_dir)
     except (ConfigError, SFTDataError) as e:
         fail(str(e))
     except NetworkError as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verifiers_rl.plan.launch import RunPlan
+from verifiers_rl.plan.launch import RANK_LOGS, RunPlan
 
 
 @dataclass
@@ -16,9 +16,6 @@ class Process:
     name: str
     cmd: list[str]
     env: dict[str, str] = field(default_factory=dict)
-
-
-RANK_LOGS = Path("trainer") / "torchrun"  # under logs/: torchrun's <run id>/attempt_0/<rank>/{stdout,stderr}.log
 
 
 def rank_log_args(world_size: int, logs_dir: Path | None) -> list[str]:

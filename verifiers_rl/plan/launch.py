@@ -285,6 +285,9 @@ def _world_size(plan: RunPlan, cfg: Any) -> int:
     return asked or 1
 
 
+RANK_LOGS = Path("trainer") / "torchrun"  # under logs/: torchrun's <run id>/attempt_0/<rank>/{stdout,stderr}.log
+
+
 def torchrun_command(nproc: int) -> list[str]:
     """torchrun on this machine (the command before `-m module args`): a free rendezvous port, no restarts (a
     failed rank ends the run, and torchrun stops the others), failures noticed within a second."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 
@@ -63,12 +64,14 @@ def check_rows(cfg: Any, rows: list[dict[str, Any]], val_rows: list[dict[str, An
         tokenize_dataset(val_rows, tokenizer, max_length, roles, cfg.data.on_template_mismatch, label="val")
 
 
-def relaunch(n: int, argv: list[str]) -> int:
+def relaunch(n: int, argv: list[str], output_dir: str) -> int:
     """Run vf-sft's ranks under torchrun with the same arguments; their exit code (torchrun ends every rank when one
-    fails, and its workers when it is ended)."""
-    from verifiers_rl.plan.launch import torchrun_command
+    fails, and its workers when it is ended). torchrun's own folders go under the run's logs/, as vf-rl's do
+    (by default it leaves one in the temp dir per run)."""
+    from verifiers_rl.plan.launch import RANK_LOGS, torchrun_command
 
-    cmd = [*torchrun_command(n), "-m", "verifiers_rl.cli.sft", *argv]
+    logs = Path(output_dir) / "logs" / RANK_LOGS
+    cmd = [*torchrun_command(n), "--log-dir", str(logs), "-m", "verifiers_rl.cli.sft", *argv]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         return proc.wait()
