@@ -364,3 +364,28 @@ def test_a_real_rltrainer_run_trains_with_rae_on_groups_of_one(tiny_model_dir, t
     assert any(o.abs().sum() > 0 for *_, o in seen)  # a group of one still gets a signal
     logged = [r for r in read_metrics(tmp_path) if "loss/mean" in r]
     assert [r["advantage/abs_mean"] for r in logged] == pytest.approx([float(o.abs().mean()) for *_, o in seen])
+
+
+@pytest.mark.integration  # trains for many seconds in-process
+def test_rae_baselines_resume_with_the_checkpoint(tiny_model_dir, tmp_path):
+    import json
+
+    from test_trainer import StopAt, lora_weights, make_config, make_env, read_metrics
+
+    cfg = dict(max_steps=4, save_steps=2, rollouts_per_example=1, advantage={"type": "rae"})  # decay 0.95
+    straight = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path / "straight", **cfg))
+    straight.train()
+    out = tmp_path / "resumed"
+    vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(out, **cfg), callbacks=[StopAt(2)]).train()
+    saved = json.loads((out / "checkpoint-2" / "rl_state.json").read_text())["advantage_baselines"]
+    assert saved and all(isinstance(v, float) for v in saved.values())
+    resumed = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(out, **cfg))
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.steps.baselines == pytest.approx(straight.steps.baselines)
+
+    def advantages(path):  # steps 3 and 4 are scored against the baselines steps 1 and 2 moved
+        return {r["step"]: r["advantage/abs_mean"] for r in read_metrics(path) if "loss/mean" in r}
+
+    assert advantages(out) == pytest.approx(advantages(tmp_path / "straight"), abs=1e-9)
+    for name, w in lora_weights(straight.model).items():
+        assert torch.allclose(lora_weights(resumed.model)[name], w, atol=1e-6), name

@@ -171,11 +171,14 @@ def clean_staging(trainer: Any) -> None:
 
 
 def load_rl_state(trainer: Any, checkpoint: Any) -> None:
-    """Restore what HF's checkpoint does not cover (the difficulty buffer); the step is HF's."""
+    """Restore what HF's checkpoint does not cover (the difficulty buffer, rae's moving baselines); the step is
+    HF's."""
     path = resolve_resume(trainer.args.output_dir, checkpoint)
     if path and os.path.exists(os.path.join(path, "rl_state.json")):
         with open(os.path.join(path, "rl_state.json")) as f:
-            trainer.orchestrator.load_state_dict(json.load(f))
+            state = json.load(f)
+        trainer.orchestrator.load_state_dict(state)
+        trainer.steps.baselines.update(state.get("advantage_baselines") or {})
 
 
 def save_staged(trainer: Any, save_into: Any) -> None:
@@ -197,7 +200,10 @@ def save_staged(trainer: Any, save_into: Any) -> None:
     with open(os.path.join(staged, "rl_state.json"), "w") as f:
         json.dump({"step": step, "policy_version": orch.policy_version,
                    "seed": args.data_order_seed(), "data_order": "seeded shuffle per epoch; step k = k-th slice",
-                   **orch.state_dict(step)}, f, indent=2)
+                   **orch.state_dict(step),
+                   # every rank holds the same: advantages are computed on the whole step's rollouts
+                   **({"advantage_baselines": trainer.steps.baselines} if trainer.steps.baselines else {})},
+                  f, indent=2)
     if args.save_merged_weights:  # the LoRA policy as a plain HF model dir (config, merged safetensors, tokenizer)
         model, merged = trainer.served_model(), os.path.join(staged, MERGED_DIR)
         model.get_base_model().save_pretrained(merged, state_dict=merged_state_dict(model))
