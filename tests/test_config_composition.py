@@ -142,6 +142,43 @@ def test_wandb_on_without_a_key_is_one_line_before_launch(tiny_model_dir, tmp_pa
     _check_wandb(run)  # passes: nothing raised
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_wandb_online_with_its_server_unreachable_is_one_line_before_launch(tiny_model_dir, tmp_path, monkeypatch,
+                                                                              capsys):
+    """With a key, wandb.init retries for some 100 s (then raises) when its server cannot be reached: probed
+    once, within seconds, before anything starts; the server a `wandb login --host` wrote is the one probed."""
+    from verifiers_rl.cli.rl import _check_wandb
+    from verifiers_rl.network import wandb_url
+
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    url = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(BASE_TOML.replace('model = "m"', f'model = "{tiny_model_dir}"'))
+    with pytest.raises(SystemExit) as e:
+        rl_cli.main(["@", str(cfg), "--wandb.project", "p", "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and len(err) == 1 and not (tmp_path / "o").exists()
+    assert err[0] == (f"error: trainer.args.wandb: W&B logging is on, but W&B's server {url} cannot be reached "
+                      "(connection refused); log offline with -e WANDB_MODE=offline (`wandb sync` later), or turn it "
+                      "off with --no-wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    _check_wandb(run_of(tmp_path, "@", str(cfg), "--wandb.project", "p"))  # offline: nothing to reach
+    monkeypatch.delenv("WANDB_BASE_URL")
+    (tmp_path / "wandb-config").mkdir()
+    (tmp_path / "wandb-config" / "settings").write_text("[default]\nbase_url = https://wandb.example.org/\n")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    assert wandb_url() == "https://wandb.example.org"
+
+
 def test_the_configs_verifiers_runtime_is_the_one_vf_rls_environment_check_uses(tmp_path, monkeypatch, capsys):
     # Before: vf-rl's own check loaded the environment under $VF_VERIFIERS_RUNTIME only, so verifiers_runtime = "real"
     # without the real package passed --dry-run, and a run wrote its dir and started the trainer, which refused it.

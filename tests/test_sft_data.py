@@ -307,6 +307,39 @@ def test_vf_sft_resume_without_a_checkpoint_is_one_line(tmp_path):
     assert validate_sft_config(raw).trainer.resume_from_checkpoint is True
 
 
+def test_vf_sft_reporting_to_an_unreachable_wandb_is_one_line_before_loading(tiny_model_dir, tmp_path, capsys,
+                                                                               monkeypatch):
+    import socket
+
+    from verifiers_rl.cli.sft import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no `wandb login` netrc
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"messages": TWO_TURNS}) + "\n")
+    (tmp_path / "sft.toml").write_text(f'model = "{tiny_model_dir}"\n[data]\npath = "{rows}"\n[trainer]\n'
+                                       f'output_dir = "{tmp_path / "o"}"\nreport_to = "wandb"\n')
+    with pytest.raises(SystemExit) as e:  # a command: wandb would ask for a key it cannot be given
+        main(["@", str(tmp_path / "sft.toml")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 1 and err == ["error: trainer.report_to includes 'wandb', but no W&B API key is set here "
+                                         "(WANDB_API_KEY, `wandb login`); set one, set WANDB_MODE=offline to log "
+                                         "offline (`wandb sync` later), or leave 'wandb' out"]
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with pytest.raises(SystemExit) as e:
+        main(["@", str(tmp_path / "sft.toml")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 1 and err == [f"error: trainer.report_to includes 'wandb', but W&B's server {url} cannot "
+                                         "be reached (connection refused); set WANDB_MODE=offline to log offline "
+                                         "(`wandb sync` later), or leave 'wandb' out"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_vf_sft_names_the_line_of_a_data_file_it_cannot_parse(tiny_model_dir, tmp_path, capsys):
     from verifiers_rl.cli.sft import main
 

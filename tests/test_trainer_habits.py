@@ -193,3 +193,30 @@ def test_a_tokenizer_without_a_chat_template_is_one_line_before_training(tiny_mo
     with pytest.raises(ConfigError) as err:
         vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), processing_class=tokenizer)
     assert "tokenizer has no chat template" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_report_to_wandb_with_its_server_unreachable_is_one_line_before_wandb_init(tiny_model_dir, tmp_path,
+                                                                                     monkeypatch):
+    """In a notebook: not wandb.init's 100 s of retries and its CommError once the run has started."""
+    import socket
+
+    from verifiers_rl.errors import NetworkError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    for name in ("WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(name, raising=False)  # train() exports the config's W&B table
+    trainer = vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path, report_to="wandb"))
+    with pytest.raises(NetworkError) as e:
+        trainer.train()
+    assert str(e.value) == (f"report_to includes 'wandb', but W&B's server {url} cannot be reached (connection "
+                            "refused); set WANDB_MODE=offline to log offline (`wandb sync` later), or leave 'wandb' "
+                            "out")
+    assert trainer.state.global_step == 0 and not (tmp_path / "metrics.jsonl").exists()
+    import wandb
+
+    assert wandb.run is None  # never started

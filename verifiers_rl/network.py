@@ -79,6 +79,54 @@ def go_offline_if_hub_unreachable(timeout: float = PROBE_TIMEOUT_S) -> str | Non
             "models and datasets come from the local cache")
 
 
+WANDB_OFF_MODES = ("offline", "disabled", "dryrun")
+
+
+def wandb_url(env: dict[str, str] | None = None) -> str:
+    """The W&B server a run logs to: WANDB_BASE_URL, else `wandb login --host`'s settings file, else wandb's default
+    (read from the installed wandb, which moves it: api.wandb.ai, then CoreWeave's)."""
+    import configparser
+
+    env = dict(os.environ) if env is None else env
+    if env.get("WANDB_BASE_URL"):
+        return env["WANDB_BASE_URL"].rstrip("/")
+    settings = configparser.ConfigParser()
+    folder = env.get("WANDB_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "wandb")
+    settings.read(os.path.join(folder, "settings"))
+    if settings.get("default", "base_url", fallback=None):
+        return settings.get("default", "base_url").rstrip("/")
+    try:
+        from wandb.sdk.lib.urls import DEFAULT_BASE_URL
+    except ImportError:  # an older wandb
+        return "https://api.wandb.ai"
+    return DEFAULT_BASE_URL
+
+
+def wandb_credentials(env: dict[str, str]) -> bool:
+    """Whether wandb finds a key here: WANDB_API_KEY, an identity token file, or a `wandb login` netrc entry."""
+    netrc = env.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    if env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        with open(netrc, errors="replace") as f:
+            return "wandb" in f.read()
+    except OSError:
+        return False
+
+
+def wandb_unreachable(env: dict[str, str] | None = None, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why W&B, logging online, cannot reach its server ("W&B's server URL cannot be reached (why)"; wandb.init
+    would retry for some 100 s, then raise, after the model and the environments have loaded), else None."""
+    env = dict(os.environ) if env is None else env
+    if env.get("WANDB_MODE") in WANDB_OFF_MODES:
+        return None
+    url = wandb_url(env)
+    why = _connect_error(url, timeout)
+    if why is None:
+        return None
+    return f"W&B's server {url} cannot be reached ({why})"
+
+
 def hub_state() -> str:
     why = os.environ.get(UNREACHABLE_ENV)
     if why:

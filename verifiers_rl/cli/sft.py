@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from verifiers_rl.sft.config import load_rows, split_rows, validate_sft_config
     from verifiers_rl.sft.data import SFTDataError
     from verifiers_rl.sft.launch import check_rows, relaunch, under_torchrun, world_size
+    from verifiers_rl.trainer.run_settings import check_wandb_reachable
 
     try:
         files, raw, options = parse_args(argv)
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         if options.get("output_dir"):
             raw.setdefault("trainer", {})["output_dir"] = options["output_dir"]
         cfg = validate_sft_config(raw)
+        check_wandb_reachable(cfg.trainer.report_to, "trainer.report_to", need_key=True)  # not wandb's retries
         rows = load_rows(cfg.data)
         bad = [sorted(r) for r in rows[:1] if not ({"prompt", "completion"} <= set(r) or "messages" in r)]
         if bad:

@@ -20,7 +20,7 @@ from verifiers_rl.trainer.config import RLConfig
 from verifiers_rl.trainer.hf_hooks import TrainerHooks, check_hooks
 from verifiers_rl.trainer.model_loading import load_policy
 from verifiers_rl.trainer.optimizers import ExtraOptimizers
-from verifiers_rl.trainer.run_settings import export_wandb_env
+from verifiers_rl.trainer.run_settings import check_wandb_reachable, export_wandb_env
 from verifiers_rl.trainer.sharding import check_resume_layout
 from verifiers_rl.trainer.step import StepRunner, merge_pending, print_samples
 
@@ -120,6 +120,7 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
     # --- the run ----------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         export_wandb_env(self.args)  # the process environment changes when training starts, not with the RLConfig
+        check_wandb_reachable(self.args.report_to, "report_to")
         self.pending_metrics = []  # an earlier train()'s last save time belongs to no step of this one
         checkpoints.clean_staging(self)
         eval_on_start = self.args.eval_on_start
