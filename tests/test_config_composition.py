@@ -179,6 +179,22 @@ def test_wandb_online_with_its_server_unreachable_is_one_line_before_launch(tiny
     assert wandb_url() == "https://wandb.example.org"
 
 
+def test_push_to_hub_without_the_hub_is_one_line_before_launch(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    hub = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", hub)
+    for name in ("HF_HUB_OFFLINE", "VF_HUB_UNREACHABLE"):  # vf-rl sets both when the hub is out of reach
+        monkeypatch.delenv(name, raising=False)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(BASE_TOML.replace('model = "m"', f'model = "{tiny_model_dir}"'))
+    with pytest.raises(SystemExit) as e:
+        rl_cli.main(["@", str(cfg), "--trainer.args.push-to-hub", "true", "--output-dir", str(tmp_path / "o")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 1 and not (tmp_path / "o").exists()
+    assert err == [f"error: trainer.args.push_to_hub=True, but the model hub {hub} (connection refused) cannot be "
+                   "reached; set push_to_hub=False and upload the output dir later (`hf upload`), or train where the "
+                   "hub can be reached"]
+
+
 def test_the_configs_verifiers_runtime_is_the_one_vf_rls_environment_check_uses(tmp_path, monkeypatch, capsys):
     # Before: vf-rl's own check loaded the environment under $VF_VERIFIERS_RUNTIME only, so verifiers_runtime = "real"
     # without the real package passed --dry-run, and a run wrote its dir and started the trainer, which refused it.

@@ -220,3 +220,27 @@ def test_report_to_wandb_with_its_server_unreachable_is_one_line_before_wandb_in
     import wandb
 
     assert wandb.run is None  # never started
+
+
+def test_push_to_hub_without_the_hub_is_one_line_before_the_model_loads(tiny_model_dir, tmp_path, monkeypatch):
+    """transformers' Trainer creates the hub repo in its __init__: a bare httpx ConnectError, or with HF_HUB_OFFLINE
+    its own error, after the policy has loaded."""
+    import socket
+
+    from verifiers_rl.errors import NetworkError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        hub = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends
+    monkeypatch.setenv("HF_ENDPOINT", hub)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("VF_HUB_UNREACHABLE", raising=False)
+    cfg = make_config(tmp_path, push_to_hub=True, hub_model_id="me/policy")
+    with pytest.raises(NetworkError) as e:
+        vf.RLTrainer(str(tmp_path / "not-loaded"), make_env(), cfg)  # the check comes first: no model is read
+    assert str(e.value) == (f"push_to_hub=True, but the model hub {hub} cannot be reached (connection refused); set "
+                            "push_to_hub=False and upload the output dir later (`hf upload`), or train where the hub "
+                            "can be reached")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(NetworkError, match=r"^push_to_hub=True, but HF_HUB_OFFLINE=1 is set; set push_to_hub=False"):
+        vf.RLTrainer(str(tiny_model_dir), make_env(), cfg)

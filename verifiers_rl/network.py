@@ -79,6 +79,19 @@ def go_offline_if_hub_unreachable(timeout: float = PROBE_TIMEOUT_S) -> str | Non
             "models and datasets come from the local cache")
 
 
+def push_to_hub_problem(push_to_hub: bool) -> str | None:
+    """One line when push_to_hub is on and the hub cannot be reached (transformers' Trainer creates the repo in its
+    __init__: a bare ConnectError), else None."""
+    if not push_to_hub:
+        return None
+    why = hub_state() if hub_offline() else (f"the model hub {hub_url()} cannot be reached ({hub_unreachable()})"
+                                             if hub_unreachable() else None)
+    if why is None:
+        return None
+    return (f"push_to_hub=True, but {why}; set push_to_hub=False and upload the output dir later (`hf upload`), or "
+            "train where the hub can be reached")
+
+
 WANDB_OFF_MODES = ("offline", "disabled", "dryrun")
 
 

@@ -188,6 +188,7 @@ def cmd_run(argv: list[str], *, real_process: bool = False) -> int:
     _check_servers(plan.urls)  # servers given by URL (vf-rl starts none of them)
     _check_teacher(resolved.cfg)
     _check_wandb(resolved)
+    _check_push(resolved)
     _check_model(resolved.cfg)
     from verifiers_rl.launch import prepare_launch, start_detached, supervise
 
@@ -251,6 +252,15 @@ def _check_wandb(resolved: Any) -> None:
     fail(map_origin("trainer.args.wandb: W&B logging is on, but no W&B API key is set here (WANDB_API_KEY, an "
                     "env_file, `wandb login`); pass --wandb-api-key KEY or -e WANDB_API_KEY, log offline with -e "
                     "WANDB_MODE=offline, or turn it off with --no-wandb", resolved.origin), code=1)
+
+
+def _check_push(resolved: Any) -> None:
+    from verifiers_rl.config.resolution import map_origin
+    from verifiers_rl.network import push_to_hub_problem
+
+    problem = push_to_hub_problem(bool(resolved.args.push_to_hub))
+    if problem:
+        fail(map_origin(f"trainer.args.{problem}", resolved.origin), code=1)
 
 
 def _check_servers(urls: list[str]) -> None:

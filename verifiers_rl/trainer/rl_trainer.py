@@ -13,6 +13,8 @@ import torch
 from transformers import Trainer
 from transformers.trainer_utils import enable_full_determinism, set_seed
 
+from verifiers_rl.errors import NetworkError
+from verifiers_rl.network import push_to_hub_problem
 from verifiers_rl.startup_gc import frozen_heap
 from verifiers_rl.trainer import checkpoints, distributed, evaluation, setup
 from verifiers_rl.trainer.checkpoints import STAGING_DIR  # noqa: F401  (its old home)
@@ -44,6 +46,9 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
         if not isinstance(args, RLConfig):
             raise TypeError("args must be an RLConfig")
         check_hooks()  # one line when the installed transformers / accelerate moved a hook we override
+        problem = push_to_hub_problem(args.push_to_hub)  # before the model loads, not Trainer's bare ConnectError
+        if problem:
+            raise NetworkError(problem)
         env = setup.environment(env, kwargs)
         earlier_run = checkpoints.used_by(args.output_dir)  # before anything of this run is written there
         # seeded before the policy is built: the LoRA init draws from the global RNG, Trainer seeds in its __init__
