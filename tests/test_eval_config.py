@@ -6,6 +6,7 @@ tests/test_vf_eval.py."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -125,3 +126,35 @@ def test_only_a_toml_in_the_environments_place_is_a_config():
     assert config_path(["reverse-text", "-m", "tiny"]) == (None, ["reverse-text", "-m", "tiny"])
     assert config_path(["-m", "tiny", "configs/eval/x.toml"]) == ("configs/eval/x.toml", ["-m", "tiny"])
     assert config_path(["@", "x.toml", "--model", "m"]) == ("x.toml", ["--model", "m"])
+
+
+def test_verifiers_own_vf_eval_flags_are_aliases_notes_or_one_line(monkeypatch):
+    """A verifiers vf-eval command line: its names for our flags work, its display and scheduling flags are a note,
+    and one we cannot honour is one line saying what to do instead (not argparse's "unrecognized arguments")."""
+    from verifiers_rl.cli.eval_flags import apply_verifiers_flags
+
+    monkeypatch.delenv("VF_VERBOSE", raising=False)
+    parse = build_parser().parse_args
+    args = parse(["reverse-text", "-m", "m", "--api-base-url", "http://h:1/v1", "--env-dir-path", "envs", "-v",
+                  "-N", "-d", "-w", "4", "--shuffle", "-C", "timing,info"])
+    assert (args.base_url, args.env_path, args.state_columns) == ("http://h:1/v1", "envs", "timing,info")
+    notes, refused = apply_verifiers_flags(args)
+    assert refused is None and args.seed == 0 and os.environ["VF_VERBOSE"] == "1"  # verifiers: --shuffle seeds 0
+    assert notes == ["note: -N/--no-interleave-scoring (verifiers' vf-eval) changes nothing here: rollouts are scored "
+                     "as they finish either way",
+                     "note: -d/--disable-tui (verifiers' vf-eval) changes nothing here: no live display here",
+                     "note: -w/--num-workers (verifiers' vf-eval) changes nothing here: environments run in this "
+                     "process"]
+    args = parse(["reverse-text", "-m", "m", "--shuffle", "--shuffle-seed", "7"])
+    assert apply_verifiers_flags(args) == ([], None) and args.seed == 7
+    args = parse(["reverse-text", "-m", "m", "--shuffle-seed", "7"])  # verifiers: no shuffle without --shuffle
+    assert apply_verifiers_flags(args) == ([], None) and args.seed is None
+    for flags, line in ((["-H"], "-H/--save-to-hf-hub: verifiers' vf-eval flag, not supported by this vf-eval; save "
+                                 "with -s, then upload the folder with `hf upload`"),
+                        (["--resume"], "-R/--resume: verifiers' vf-eval flag, not supported by this vf-eval; each "
+                                       "evaluation here starts afresh; run it again"),
+                        (["-R", "outputs/x"], "-R/--resume: verifiers' vf-eval flag"),
+                        (["-x", '{"a": 1}'], "-x/--extra-env-kwargs: verifiers' vf-eval flag, not supported by this "
+                                             "vf-eval; give them in -a/--env-args"),
+                        (["--header", "X-A: 1", "--header", "X-B: 2"], "--header: verifiers' vf-eval flag")):
+        assert apply_verifiers_flags(parse(["reverse-text", "-m", "m", *flags]))[1].startswith(line)

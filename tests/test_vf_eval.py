@@ -288,3 +288,26 @@ def test_a_model_without_a_chat_template_is_one_line_before_the_rollouts(tiny_mo
                                 "-a", '{"dataset_source": "offline"}')
     assert code == 2 and stderr.strip().splitlines()[-1].startswith(f"error: {model}'s tokenizer has no chat template")
     assert "rollouts" not in stderr  # nothing was evaluated
+
+
+def test_a_verifiers_vf_eval_command_line_runs_with_its_shuffle_and_state_columns(tiny_model_dir, tmp_path,
+                                                                                 monkeypatch, capsys):
+    monkeypatch.delenv("VF_VERBOSE", raising=False)
+    common = ["reverse-text", "-m", tiny_model_dir, "-n", 4, "-r", 1, "-t", 4]
+
+    def ids(*flags) -> tuple[list, list[dict], str]:
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+        code, stderr = vf_eval_here(monkeypatch, capsys, *common, *flags, "-o", out)
+        assert code == 0, stderr[-2000:]
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        return [r["example_id"] for r in rows], rows, stderr
+
+    plain, _, _ = ids()
+    shuffled, rows, stderr = ids("--shuffle", "-N", "-d", "-C", "timing,info")  # verifiers' flags
+    assert shuffled == ids("--seed", "0")[0] != plain  # --shuffle: seed 0, as verifiers' vf-eval
+    assert all("generation_ms" in r["timing"] and r["info"] is not None for r in rows)
+    assert "note: -N/--no-interleave-scoring (verifiers' vf-eval) changes nothing here" in stderr
+    code, stderr = vf_eval_here(monkeypatch, capsys, *common, "-i")
+    assert code == 2 and stderr.strip().splitlines()[-1] == (
+        "error: -i/--independent-scoring: verifiers' vf-eval flag, not supported by this vf-eval; rollouts are scored "
+        "by group, as the environment's rubric asks")

@@ -98,32 +98,35 @@ ROW_KEYS = ("example_id", "task", "prompt", "completion", "answer", "info", "rew
             "reward_errors", "stop_condition", "is_truncated")
 
 
-def state_to_row(state: dict[str, Any]) -> dict[str, Any]:
+def state_to_row(state: dict[str, Any], columns: Iterable[str] = ()) -> dict[str, Any]:
+    """A rollout's saved row; `columns`: more of its state's keys (vf-eval's -C/--state-columns)."""
     from verifiers_rl.envs.turn_tokens import turn_count
 
     row = {k: _jsonable(state.get(k)) for k in ROW_KEYS}
     row["num_turns"] = turn_count(state)
     row["completion_tokens"] = completion_length(state)
+    row.update({k: _jsonable(state.get(k)) for k in columns if k not in row})
     return row
 
 
-def write_jsonl(states: Iterable[dict[str, Any]], path: str | Path) -> Path:
+def write_jsonl(states: Iterable[dict[str, Any]], path: str | Path, columns: Iterable[str] = ()) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    columns = list(columns)
     with path.open("w") as f:
         for s in states:
-            f.write(json.dumps(state_to_row(s)) + "\n")
+            f.write(json.dumps(state_to_row(s, columns)) + "\n")
     return path
 
 
 def save_results(states: list[dict[str, Any]], summary: dict[str, float], metadata: dict[str, Any],
-                 directory: str | Path) -> Path:
+                 directory: str | Path, columns: Iterable[str] = ()) -> Path:
     """verifiers' saved evaluation: `results.jsonl` (a row per rollout) and `metadata.json` (the run's settings and
     its averages, from `summarize(states)`) in `directory`."""
     import datetime
 
     directory = Path(directory)
-    write_jsonl(states, directory / "results.jsonl")
+    write_jsonl(states, directory / "results.jsonl", columns)
     meta = {**metadata, "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
             "avg_reward": summary["reward/mean"],
             "avg_metrics": {k.removeprefix("metrics/"): v for k, v in summary.items() if k.startswith("metrics/")},

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from verifiers_rl.cli.common import fail, note_offline_hub, program_name, quiet_library_bars, take_debug_flag
+from verifiers_rl.cli.eval_flags import add_verifiers_flags, apply_verifiers_flags
 
 
 def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
@@ -28,8 +29,10 @@ def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
     p.add_argument("--api", choices=("auto", "classic", "v1"), default="auto",
                    help="the environment's verifiers API (auto: v1 when verifiers 0.4 is installed and the module "
                         "exports a v1 Taskset/Env, else classic)")
-    p.add_argument("--env-path", default=None, help="a directory put first on sys.path, holding the environment")
-    p.add_argument("-b", "--base-url", default=None, help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--env-path", "--env-dir-path", dest="env_path", default=None,
+                   help="a directory put first on sys.path, holding the environment")
+    p.add_argument("-b", "--base-url", "--api-base-url", dest="base_url", default=None,
+                   help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("-k", "--api-key-var", default=None, help="environment variable holding the API key")
     p.add_argument("-t", "--max-tokens", type=int, default=None)
     p.add_argument("-T", "--temperature", type=float, default=None)
@@ -44,8 +47,14 @@ def build_parser(prog: str = "vf-eval") -> argparse.ArgumentParser:
                    help="save results.jsonl and metadata.json as verifiers' vf-eval does, under "
                         "<-o, else ./environments/<env>/outputs if it exists, else ./outputs>/evals/<env>--<model>/"
                         "<id>/")
+    p.add_argument("-C", "--state-columns", default=None,
+                   help="comma-separated state keys to save beside each rollout's row, e.g. 'timing,info'")
     p.add_argument("--seed", type=int, default=None, help="shuffle the eval split with this seed")
+    p.add_argument("--shuffle", action="store_true", help="shuffle the eval split (seed: --shuffle-seed, else 0)")
+    p.add_argument("--shuffle-seed", type=int, default=None, help="the seed of --shuffle (verifiers' name)")
+    p.add_argument("-v", "--verbose", action="store_true", help="keep the libraries' progress bars (VF_VERBOSE=1)")
     p.add_argument("--debug", action="store_true", help="print the traceback of a failure (also: VF_DEBUG=1)")
+    add_verifiers_flags(p)  # verifiers' other flags: a note, or one line saying what to do instead
     return p
 
 
@@ -105,6 +114,11 @@ def evaluate(args: argparse.Namespace) -> int:
     """One evaluation: vf-eval's arguments → its summary (exit code 0, or 1 when nothing was measured)."""
     if not args.env_id or not args.model:
         fail("an environment id (or a config file) and -m/--model are required: vf-eval reverse-text -m MODEL")
+    notes, refused = apply_verifiers_flags(args)
+    if refused:
+        fail(refused)
+    for line in notes:
+        print(line, file=sys.stderr, flush=True)
     _check_ranges(args)
     _check_output(args)
     env_args = _json_object(args.env_args, "--env-args", '{"num_train_examples": 100}')
@@ -132,6 +146,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from verifiers_rl.evaluation import all_errored, completion_length, errors_line, summarize, write_jsonl
 
     summary = summarize(states)
+    columns = [c.strip() for c in (args.state_columns or "").split(",") if c.strip()]
     _print_summary(console, getattr(args, "name", None) or args.env_id, model_name, summary)
     if args.save_results:
         from verifiers_rl.evaluation import save_results
@@ -140,10 +155,10 @@ def evaluate(args: argparse.Namespace) -> int:
                 "model": model_name, "base_url": args.base_url or "local", "num_examples": args.num_examples,
                 "rollouts_per_example": args.rollouts_per_example, "sampling_args": sampling,
                 "time": time.time() - started}
-        path = save_results(states, summary, meta, _results_dir(args, model_name))
+        path = save_results(states, summary, meta, _results_dir(args, model_name), columns)
         console.print(f"saved {len(states)} rollouts to {path}")
     elif args.output:
-        path = write_jsonl(states, args.output)
+        path = write_jsonl(states, args.output, columns)
         console.print(f"wrote {len(states)} rollouts to {path}")
     errors = errors_line(states)
     if errors:
