@@ -326,7 +326,8 @@ class RLFields(CheckpointSettings, BufferSettings):
             _fail(
                 "rollouts_per_example",
                 f"rollouts_per_example={self.rollouts_per_example} must be >= 2: advantages are reward minus the group "
-                "mean, so a group of 1 never learns"
+                "mean, so a group of 1 never learns; set it to 2 or more (e.g. 8), or advantage={'type': 'rae'} (a "
+                "moving baseline per agent, which learns from groups of one)"
             )
         if self.batch_size % self.rollouts_per_example != 0:
             _fail(
