@@ -13,9 +13,10 @@ from test_trainer import make_config, make_env
 
 
 @pytest.mark.parametrize("key, says", [
-    ("train_dataset", "RLTrainer does not take train_dataset: the rollouts' prompts come from env's dataset"),
+    ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset in its place; "
+                      "give one or the other"),
     ("eval_dataset", "RLTrainer does not take eval_dataset: eval runs on eval_envs"),
-    ("reward_funcs", "RLTrainer does not take reward_funcs: rewards come from env's rubric"),
+    ("reward_funcs", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset in its place"),
     ("tokenizer", "RLTrainer does not take tokenizer: pass it as processing_class"),
 ])
 def test_a_trainer_argument_with_no_meaning_here_is_one_line(tiny_model_dir, tmp_path, key, says):
@@ -244,3 +245,64 @@ def test_push_to_hub_without_the_hub_is_one_line_before_the_model_loads(tiny_mod
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(NetworkError, match=r"^push_to_hub=True, but HF_HUB_OFFLINE=1 is set; set push_to_hub=False"):
         vf.RLTrainer(str(tiny_model_dir), make_env(), cfg)
+
+
+def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tiny_model_dir, tmp_path, capsys):
+    """GRPOTrainer(model, reward_funcs=..., args=..., train_dataset=...) as RLTrainer(...): each function is called
+    as TRL calls it (prompts, completions, completion_ids and every other column as lists, by keyword); a sync and
+    an async one, summed; a None reward counts 0."""
+    import asyncio
+
+    from datasets import Dataset
+
+    calls = []
+
+    def length_reward(prompts, completions, completion_ids, solution, **kwargs):
+        calls.append((prompts, completions, completion_ids, solution, sorted(kwargs)))
+        return [min(len(c[0]["content"]), 10) / 10 for c in completions]
+
+    async def says_solution(completions, solution, **kwargs):
+        await asyncio.sleep(0)
+        return [None if s == "skip" else float(s in c[0]["content"]) for c, s in zip(completions, solution)]
+
+    words = ["apple", "river", "stone", "cloud", "skip", "tree", "bird", "sand"]
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Say {w}."}], "solution": w, "level": i}
+                              for i, w in enumerate(words)])
+    args = make_config(tmp_path, max_steps=2)
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=[length_reward, says_solution], args=args,
+                           train_dataset=data)
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(calls) == 2 * args.batch_size // args.rollouts_per_example
+    for prompts, completions, ids, solution, rest in calls:
+        assert len(prompts) == len(completions) == len(ids) == len(solution) == args.rollouts_per_example
+        assert {p[0]["content"] for p in prompts} == {f"Say {solution[0]}."}  # a group: one prompt, its columns
+        assert all(c[0]["role"] == "assistant" for c in completions) and all(isinstance(t, int) for i in ids for t in i)
+        assert rest == ["level", "trainer_state"]
+    for state in trainer.last_states:
+        text, word = state["completion"][-1]["content"], state["input"]["solution"]
+        said = 0.0 if word == "skip" else float(word in text)
+        assert state["reward"] == pytest.approx(min(len(text), 10) / 10 + said)
+        assert {"length_reward", "says_solution"} <= set(state["metrics"])
+
+    strings = Dataset.from_list([{"prompt": f"Say {w}.", "solution": w} for w in words])  # TRL's standard format
+    seen = []
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=lambda prompts, completions, **kw: seen.extend(prompts)
+                           or [float(len(c)) for c in completions], args=make_config(tmp_path / "s", max_steps=1),
+                           train_dataset=strings)
+    assert "note: train_dataset's prompts are strings: each is sent as one user message" in capsys.readouterr().out
+    trainer.train()
+    assert seen and all(isinstance(p, str) and p.startswith("Say ") for p in seen)  # as the dataset gave them
+    assert all(s["prompt"][-1] == {"role": "user", "content": s["input"]["trl_prompt"]} for s in trainer.last_states)
+
+
+@pytest.mark.parametrize("kwargs, line", [
+    (dict(reward_funcs="some/reward-model"), "reward_funcs: 'some/reward-model' is not a function; a reward model by "
+                                             "name is not taken here"),
+    (dict(reward_funcs=len, train_dataset=[{"question": "q"}]), "train_dataset needs a 'prompt' column, as TRL's; "
+                                                                "it has ['question']"),
+])
+def test_what_the_trl_way_in_cannot_take_is_one_line(tiny_model_dir, tmp_path, kwargs, line):
+    kwargs = {"train_dataset": [{"prompt": "p"}], **kwargs}
+    with pytest.raises(ValueError) as e:
+        vf.RLTrainer(str(tiny_model_dir), args=make_config(tmp_path), **kwargs)
+    assert str(e.value).startswith(line) and "\n" not in str(e.value)

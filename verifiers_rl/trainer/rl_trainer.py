@@ -37,9 +37,10 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
     `last_states` and `last_advantages` (the last step's rollouts and their advantages), `last_eval`,
     `last_eval_states` ((prefix, step, {name: states}) of the last `run_eval`);
     `after_optimizer_step`, `sync_inference`, `served_model`, `eval_states`, `run_eval` (also `evaluate()`),
-    `wait_for_plot`, `close`. `env` may be an environment id (loaded with its default arguments)."""
+    `wait_for_plot`, `close`. `env` may be an environment id (loaded with its default arguments), or be left out
+    for TRL's `reward_funcs=` and `train_dataset=` (envs/trl_compat.py)."""
 
-    def __init__(self, model: Any, env: Any, args: RLConfig | None = None, processing_class: Any = None,
+    def __init__(self, model: Any, env: Any = None, args: RLConfig | None = None, processing_class: Any = None,
                  peft_config: Any = None, callbacks: list | None = None, eval_envs: Any = None,
                  vllm_server: Any = None, plan: Any = None, **kwargs: Any):
         args = args or RLConfig()

@@ -12,17 +12,28 @@ from verifiers_rl.trainer import distributed, judges
 # transformers.Trainer / TRL arguments that have no meaning here → what does it (one line each, not a TypeError
 # from deep inside transformers or an argument taken and never used)
 _NOT_HERE = {
-    "train_dataset": "the rollouts' prompts come from env's dataset",
     "eval_dataset": "eval runs on eval_envs (RLTrainer(..., eval_envs=[...]), run_eval())",
     "compute_metrics": "eval metrics come from the eval envs' rubrics (run_eval())",
-    "reward_funcs": "rewards come from env's rubric (vf.Rubric(funcs=[...]))",
     "tokenizer": "pass it as processing_class",
 }
 
 
 def environment(env: Any, kwargs: dict[str, Any]) -> Any:
-    """The training environment (an env id is loaded with its default arguments); a transformers / TRL argument
-    RLTrainer does not take is refused in one line."""
+    """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
+    `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
+    in one line."""
+    trl = {k: kwargs.pop(k) for k in ("reward_funcs", "train_dataset") if k in kwargs}
+    if env is None or trl:
+        if env is not None or len(trl) != 2:
+            raise TypeError("RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset in its "
+                            "place; give one or the other")
+        from verifiers_rl.envs.trl_compat import trl_environment
+
+        env = trl_environment(trl["train_dataset"], trl["reward_funcs"])
+        if env.trl_string_prompts:
+            print("note: train_dataset's prompts are strings: each is sent as one user message through the chat "
+                  "template (TRL sends the raw text); give chat messages to choose", flush=True)
+        return env
     for key in kwargs.keys() & _NOT_HERE.keys():
         raise TypeError(f"RLTrainer does not take {key}: {_NOT_HERE[key]}")
     if isinstance(env, str):

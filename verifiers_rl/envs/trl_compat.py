@@ -1,0 +1,65 @@
+"""TRL's way in: `RLTrainer(model, reward_funcs=..., train_dataset=..., args=...)`, as `GRPOTrainer` takes them,
+becomes a one-turn environment (`trl_environment`). The dataset's `prompt` column is the prompt; each reward function
+is called as TRL calls it (`prompts`, `completions`, `completion_ids`, every other dataset column as a list, by
+keyword), here once per group of a prompt's rollouts; a None reward counts 0 in the weighted sum, as TRL's nansum."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from verifiers_rl.rubrics.rubric import func_name
+
+ORIGINAL = "trl_prompt"  # a string prompt as the dataset gave it (the rollout's is a user message)
+
+
+def _reward_fn(func: Callable, columns: list[str], conversational: bool) -> Callable:
+    """`func` (TRL's signature) as a group reward function of this package's rubric (takes `states`)."""
+
+    async def reward(states: list[dict[str, Any]]) -> list[float]:
+        rows = [s.get("input") or {} for s in states]
+        texts = [str((s.get("completion") or [{}])[-1].get("content") or "") for s in states]
+        kwargs = {c: [row.get(c) for row in rows] for c in columns}
+        ids = [[t for step in s.get("trajectory") or [] for t in (step.get("tokens") or {}).get("completion_ids") or []]
+               for s in states]
+        out = func(prompts=[row.get(ORIGINAL, row.get("prompt")) for row in rows],
+                   completions=[[{"role": "assistant", "content": t}] for t in texts] if conversational else texts,
+                   completion_ids=ids, trainer_state=None, **kwargs)
+        if inspect.isawaitable(out):
+            out = await out
+        return [0.0 if x is None else float(x) for x in out]
+
+    reward.__name__ = func_name(func)
+    return reward
+
+
+def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[float] | None = None) -> Any:
+    """A SingleTurnEnv training on `train_dataset` (a `datasets.Dataset` or a list of rows with a `prompt` column: a
+    string, sent as one user message through the chat template, or a list of chat messages) and scored by TRL's
+    `reward_funcs` (a callable or a list of them). ValueError (one line) for what it cannot take."""
+    from datasets import Dataset
+
+    import verifiers_rl as vf
+    from verifiers_rl.envs.dataset_format import quiet_map
+
+    funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    for f in funcs:
+        if not callable(f):
+            raise ValueError(f"reward_funcs: {f!r} is not a function; a reward model by name is not taken here: "
+                             "score with a function (or a vf.JudgeRubric environment)")
+    if reward_weights is not None and len(reward_weights) != len(funcs):
+        raise ValueError(f"reward_weights: {len(reward_weights)} weights for {len(funcs)} reward functions")
+    data = Dataset.from_list(list(train_dataset)) if isinstance(train_dataset, (list, tuple)) else train_dataset
+    if not hasattr(data, "column_names") or "prompt" not in data.column_names:
+        raise ValueError(f"train_dataset needs a 'prompt' column, as TRL's; it has "
+                         f"{sorted(getattr(data, 'column_names', []) or [])}")
+    columns = [c for c in data.column_names if c not in ("prompt", "completion", "completion_ids")]
+    conversational = bool(len(data)) and isinstance(data[0]["prompt"], list)
+    if not conversational:  # the reward functions still get the strings
+        data = quiet_map(data, lambda rows: {ORIGINAL: rows["prompt"],
+                                             "prompt": [[{"role": "user", "content": p}] for p in rows["prompt"]]})
+    rubric = vf.Rubric(funcs=[_reward_fn(f, columns, conversational) for f in funcs],
+                       weights=list(reward_weights) if reward_weights is not None else None)
+    env = vf.SingleTurnEnv(dataset=data, rubric=rubric)
+    env.trl_string_prompts = not conversational  # RLTrainer says so: TRL would send the raw text
+    return env
