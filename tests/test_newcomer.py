@@ -519,3 +519,24 @@ def test_the_first_errors_line_is_its_tracebacks_last_line_even_inside_an_except
             + "; log: /o/logs/x.log")
     first = errors_line([{"error": long}]).removeprefix("1 of 1 rollouts errored (first: ").removesuffix(")")
     assert len(first) < 205 and first.startswith("ModelServerError: vLLM server") and first.endswith("/o/logs/x.log")
+
+
+def test_the_hub_and_wandb_probes_go_through_a_configured_proxy(monkeypatch):
+    """Behind HTTPS_PROXY the libraries reach the hub and W&B through the proxy: so does the probe, or a cluster
+    whose only way out is a proxy would be sent offline (the hub) or refused (W&B). NO_PROXY hosts go direct."""
+    import socket
+
+    from verifiers_rl.network import _connect_error
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        url = "https://hub.example.invalid"  # .invalid never resolves
+        assert _connect_error(url, 2) is not None  # "cannot resolve ...", or no answer from a slow resolver
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        assert _connect_error(url, 2) is None
+        monkeypatch.setenv("NO_PROXY", "example.invalid")
+        assert _connect_error(url, 2) is not None

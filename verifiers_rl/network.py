@@ -28,8 +28,15 @@ def hub_offline() -> bool:
 
 
 def _connect_error(url: str, timeout: float) -> str | None:
-    """Why a TCP connection to `url`'s host can't be made within `timeout` (DNS included), or None."""
+    """Why a TCP connection to `url`'s host can't be made within `timeout` (DNS included), or None. Behind a proxy
+    (HTTPS_PROXY / HTTP_PROXY / ALL_PROXY, the host not in NO_PROXY), as the libraries connect: to the proxy."""
+    from urllib.request import getproxies_environment, proxy_bypass_environment
+
     parts = urlsplit(url)
+    proxies = getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy and not proxy_bypass_environment(parts.hostname or ""):
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     result: list[str | None] = []

@@ -82,8 +82,9 @@ vf-rl init [PATH | -]    vf-rl list [DIR]    vf-rl logs RUN [--follow]    vf-rl 
   reads `config.toml`.
 - **W&B**: `--wandb` turns it on with its defaults, `--no-wandb` off, `--wandb.project P` sets a key (all go to
   `trainer.args.wandb`; a hosted config's `[wandb]` likewise). W&B on with no key, or with its server out of reach
-  (`WANDB_BASE_URL`, else `wandb login --host`'s, else wandb's own; probed for 3 s), is one line before anything
-  starts (wandb itself would retry for some 100 s once the run had started); `-e WANDB_MODE=offline` logs offline.
+  (`WANDB_BASE_URL`, else `wandb login --host`'s, else wandb's own; probed for 3 s, through `HTTPS_PROXY` when one is
+  set, as the hub is), is one line before anything starts (wandb itself would retry for some 100 s once the run had
+  started); `-e WANDB_MODE=offline` logs offline.
   So is `trainer.args.push_to_hub = true` with the model hub out of reach or `HF_HUB_OFFLINE=1`.
 - **Secrets**: `-e VAR=value` sets a variable for the run and its processes, `-e VAR` requires it set,
   `--wandb-api-key KEY` is `-e WANDB_API_KEY=KEY`; the values are never printed or written (`run.json` records
