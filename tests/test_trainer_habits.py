@@ -13,10 +13,10 @@ from test_trainer import make_config, make_env
 
 
 @pytest.mark.parametrize("key, says", [
-    ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset in its place; "
-                      "give one or the other"),
+    ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset (reward_weights "
+                      "too) in its place; give one or the other"),
     ("eval_dataset", "RLTrainer does not take eval_dataset: eval runs on eval_envs"),
-    ("reward_funcs", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset in its place"),
+    ("reward_funcs", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset"),
     ("tokenizer", "RLTrainer does not take tokenizer: pass it as processing_class"),
 ])
 def test_a_trainer_argument_with_no_meaning_here_is_one_line(tiny_model_dir, tmp_path, key, says):
@@ -288,11 +288,12 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
     seen = []
     trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=lambda prompts, completions, **kw: seen.extend(prompts)
                            or [float(len(c)) for c in completions], args=make_config(tmp_path / "s", max_steps=1),
-                           train_dataset=strings)
+                           train_dataset=strings, reward_weights=[0.5])  # GRPOConfig's reward_weights
     assert "note: train_dataset's prompts are strings: each is sent as one user message" in capsys.readouterr().out
     trainer.train()
     assert seen and all(isinstance(p, str) and p.startswith("Say ") for p in seen)  # as the dataset gave them
     assert all(s["prompt"][-1] == {"role": "user", "content": s["input"]["trl_prompt"]} for s in trainer.last_states)
+    assert all(s["reward"] == 0.5 * len(s["completion"][-1]["content"]) for s in trainer.last_states)
 
 
 @pytest.mark.parametrize("kwargs, line", [
@@ -300,6 +301,7 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
                                              "name is not taken here"),
     (dict(reward_funcs=len, train_dataset=[{"question": "q"}]), "train_dataset needs a 'prompt' column, as TRL's; "
                                                                 "it has ['question']"),
+    (dict(reward_funcs=[len, len], reward_weights=[1.0]), "reward_weights: 1 weights for 2 reward functions"),
 ])
 def test_what_the_trl_way_in_cannot_take_is_one_line(tiny_model_dir, tmp_path, kwargs, line):
     kwargs = {"train_dataset": [{"prompt": "p"}], **kwargs}

@@ -22,14 +22,14 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
     `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
     in one line."""
-    trl = {k: kwargs.pop(k) for k in ("reward_funcs", "train_dataset") if k in kwargs}
+    trl = {k: kwargs.pop(k) for k in ("reward_funcs", "train_dataset", "reward_weights") if k in kwargs}
     if env is None or trl:
-        if env is not None or len(trl) != 2:
-            raise TypeError("RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset in its "
-                            "place; give one or the other")
+        if env is not None or not {"reward_funcs", "train_dataset"} <= trl.keys():
+            raise TypeError("RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset "
+                            "(reward_weights too) in its place; give one or the other")
         from verifiers_rl.envs.trl_compat import trl_environment
 
-        env = trl_environment(trl["train_dataset"], trl["reward_funcs"])
+        env = trl_environment(trl["train_dataset"], trl["reward_funcs"], trl.get("reward_weights"))
         if env.trl_string_prompts:
             print("note: train_dataset's prompts are strings: each is sent as one user message through the chat "
                   "template (TRL sends the raw text); give chat messages to choose", flush=True)

@@ -14,7 +14,8 @@ TRL_NAMES = {
     "vllm_mode": "inference_backend = 'vllm'; where the server runs is planned (docs/vllm.md)",
     "num_iterations": "nothing: each batch of rollouts is one optimizer step",
     "steps_per_generation": "nothing: each batch of rollouts is one optimizer step",
-    "log_completions": "sample_log_interval", "reward_weights": "the environment rubric's weights",
+    "log_completions": "sample_log_interval", "reward_weights": "the environment rubric's weights (with TRL's reward_funcs: RLTrainer(..., "
+    "reward_weights=[...]))",
     "num_generations_eval": "eval_rollouts_per_example", "vllm_server_base_url": "vllm_server_urls",
     "generation_kwargs": "temperature, top_p, top_k, min_p (every request states them: docs/vllm.md)",
     "vllm_max_model_length": "max_seq_len", "vllm_gpu_memory_utilization": "[inference] gpu_memory_utilization",
