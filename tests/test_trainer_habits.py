@@ -14,7 +14,7 @@ from test_trainer import make_config, make_env
 
 @pytest.mark.parametrize("key, says", [
     ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset (reward_weights "
-                      "too) in its place; give one or the other"),
+                      "and tools too) in its place; give one or the other"),
     ("eval_dataset", "RLTrainer does not take eval_dataset: eval runs on eval_envs"),
     ("reward_funcs", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset"),
     ("tokenizer", "RLTrainer does not take tokenizer: pass it as processing_class"),
@@ -308,3 +308,29 @@ def test_what_the_trl_way_in_cannot_take_is_one_line(tiny_model_dir, tmp_path, k
     with pytest.raises(ValueError) as e:
         vf.RLTrainer(str(tiny_model_dir), args=make_config(tmp_path), **kwargs)
     assert str(e.value).startswith(line) and "\n" not in str(e.value)
+
+
+def test_trls_tools_make_a_tool_environment_and_its_other_arguments_are_one_line(tiny_model_dir, tmp_path):
+    from verifiers_rl.envs.tool_env import ToolEnv
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        return a + b
+
+    seen = []
+    args = make_config(tmp_path, max_steps=1, max_seq_len=2048, max_prompt_len=2000)  # the tool schema: in the prompt
+    trainer = vf.RLTrainer(str(tiny_model_dir), args=args, tools=[add],
+                           reward_funcs=lambda completions, **kw: seen.extend(completions)
+                           or [len(str(c[-1].get("content"))) / 100 for c in completions],
+                           train_dataset=[{"prompt": [{"role": "user", "content": f"{i} + 2?"}]} for i in range(8)])
+    assert isinstance(trainer.env, ToolEnv) and [t["name"] for t in trainer.env.tool_defs] == ["add"]
+    trainer.train()
+    assert seen and all(isinstance(c, list) and c and c[0]["role"] == "assistant" for c in seen)
+    for key in ("reward_processing_classes", "quantization_config", "rollout_func", "environment_factory"):
+        with pytest.raises(TypeError, match=f"^RLTrainer does not take {key}: "):
+            vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), **{key: object()})

@@ -13,18 +13,27 @@ from verifiers_rl.rubrics.rubric import func_name
 ORIGINAL = "trl_prompt"  # a string prompt as the dataset gave it (the rollout's is a user message)
 
 
-def _reward_fn(func: Callable, columns: list[str], conversational: bool) -> Callable:
+def _completions(states: list[dict[str, Any]], conversational: bool, turns: bool) -> list[Any]:
+    """TRL's `completions`: the reply's text (string prompts), `[{"role": "assistant", "content": text}]`, or with
+    tools every message after the prompt (calls and results)."""
+    if turns:
+        return [[m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m)
+                 for m in s.get("completion") or []] for s in states]
+    texts = [str((s.get("completion") or [{}])[-1].get("content") or "") for s in states]
+    return [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+
+
+def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: bool) -> Callable:
     """`func` (TRL's signature) as a group reward function of this package's rubric (takes `states`)."""
 
     async def reward(states: list[dict[str, Any]]) -> list[float]:
         rows = [s.get("input") or {} for s in states]
-        texts = [str((s.get("completion") or [{}])[-1].get("content") or "") for s in states]
         kwargs = {c: [row.get(c) for row in rows] for c in columns}
         ids = [[t for step in s.get("trajectory") or [] for t in (step.get("tokens") or {}).get("completion_ids") or []]
                for s in states]
         out = func(prompts=[row.get(ORIGINAL, row.get("prompt")) for row in rows],
-                   completions=[[{"role": "assistant", "content": t}] for t in texts] if conversational else texts,
-                   completion_ids=ids, trainer_state=None, **kwargs)
+                   completions=_completions(states, conversational, turns), completion_ids=ids, trainer_state=None,
+                   **kwargs)
         if inspect.isawaitable(out):
             out = await out
         return [0.0 if x is None else float(x) for x in out]
@@ -33,10 +42,12 @@ def _reward_fn(func: Callable, columns: list[str], conversational: bool) -> Call
     return reward
 
 
-def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[float] | None = None) -> Any:
-    """A SingleTurnEnv training on `train_dataset` (a `datasets.Dataset` or a list of rows with a `prompt` column: a
-    string, sent as one user message through the chat template, or a list of chat messages) and scored by TRL's
-    `reward_funcs` (a callable or a list of them). ValueError (one line) for what it cannot take."""
+def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[float] | None = None,
+                    tools: list[Callable] | None = None) -> Any:
+    """A SingleTurnEnv (a ToolEnv with TRL's `tools`: plain functions with docstrings, as both take them) training
+    on `train_dataset` (a `datasets.Dataset` or a list of rows with a `prompt` column: a string, sent as one user
+    message through the chat template, or a list of chat messages) and scored by TRL's `reward_funcs` (a callable or
+    a list of them). ValueError (one line) for what it cannot take."""
     from datasets import Dataset
 
     import verifiers_rl as vf
@@ -58,8 +69,9 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
     if not conversational:  # the reward functions still get the strings
         data = quiet_map(data, lambda rows: {ORIGINAL: rows["prompt"],
                                              "prompt": [[{"role": "user", "content": p}] for p in rows["prompt"]]})
-    rubric = vf.Rubric(funcs=[_reward_fn(f, columns, conversational) for f in funcs],
+    rubric = vf.Rubric(funcs=[_reward_fn(f, columns, conversational, bool(tools)) for f in funcs],
                        weights=list(reward_weights) if reward_weights is not None else None)
-    env = vf.SingleTurnEnv(dataset=data, rubric=rubric)
+    env = vf.ToolEnv(dataset=data, tools=list(tools), rubric=rubric) if tools else \
+        vf.SingleTurnEnv(dataset=data, rubric=rubric)
     env.trl_string_prompts = not conversational  # RLTrainer says so: TRL would send the raw text
     return env

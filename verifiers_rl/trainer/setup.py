@@ -15,6 +15,10 @@ _NOT_HERE = {
     "eval_dataset": "eval runs on eval_envs (RLTrainer(..., eval_envs=[...]), run_eval())",
     "compute_metrics": "eval metrics come from the eval envs' rubrics (run_eval())",
     "tokenizer": "pass it as processing_class",
+    "reward_processing_classes": "a reward model by name is not taken: score with a function in reward_funcs",
+    "quantization_config": "load the model with it yourself and pass the model",
+    "rollout_func": "a rollout of your own is a verifiers environment (vf.MultiTurnEnv: docs/environments.md)",
+    "environment_factory": "a rollout of your own is a verifiers environment (vf.MultiTurnEnv: docs/environments.md)",
 }
 
 
@@ -22,14 +26,14 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
     `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
     in one line."""
-    trl = {k: kwargs.pop(k) for k in ("reward_funcs", "train_dataset", "reward_weights") if k in kwargs}
+    trl = {k: kwargs.pop(k) for k in ("reward_funcs", "train_dataset", "reward_weights", "tools") if k in kwargs}
     if env is None or trl:
         if env is not None or not {"reward_funcs", "train_dataset"} <= trl.keys():
             raise TypeError("RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset "
-                            "(reward_weights too) in its place; give one or the other")
+                            "(reward_weights and tools too) in its place; give one or the other")
         from verifiers_rl.envs.trl_compat import trl_environment
 
-        env = trl_environment(trl["train_dataset"], trl["reward_funcs"], trl.get("reward_weights"))
+        env = trl_environment(trl["train_dataset"], trl["reward_funcs"], trl.get("reward_weights"), trl.get("tools"))
         if env.trl_string_prompts:
             print("note: train_dataset's prompts are strings: each is sent as one user message through the chat "
                   "template (TRL sends the raw text); give chat messages to choose", flush=True)
