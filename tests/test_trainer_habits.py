@@ -257,8 +257,8 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
 
     calls = []
 
-    def length_reward(prompts, completions, completion_ids, solution, **kwargs):
-        calls.append((prompts, completions, completion_ids, solution, sorted(kwargs)))
+    def length_reward(prompts, completions, completion_ids, solution, trainer_state, **kwargs):
+        calls.append((prompts, completions, completion_ids, solution, sorted(kwargs), trainer_state.global_step))
         return [min(len(c[0]["content"]), 10) / 10 for c in completions]
 
     async def says_solution(completions, solution, **kwargs):
@@ -273,11 +273,12 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
                            train_dataset=data)
     trainer.train()
     assert trainer.state.global_step == 2 and len(calls) == 2 * args.batch_size // args.rollouts_per_example
-    for prompts, completions, ids, solution, rest in calls:
+    assert [c[-1] for c in calls] == [0] * (len(calls) // 2) + [1] * (len(calls) // 2)  # the live TrainerState
+    for prompts, completions, ids, solution, rest, _ in calls:
         assert len(prompts) == len(completions) == len(ids) == len(solution) == args.rollouts_per_example
         assert {p[0]["content"] for p in prompts} == {f"Say {solution[0]}."}  # a group: one prompt, its columns
         assert all(c[0]["role"] == "assistant" for c in completions) and all(isinstance(t, int) for i in ids for t in i)
-        assert rest == ["level", "trainer_state"]
+        assert rest == ["level"]
     for state in trainer.last_states:
         text, word = state["completion"][-1]["content"], state["input"]["solution"]
         said = 0.0 if word == "skip" else float(word in text)

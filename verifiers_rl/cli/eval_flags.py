@@ -10,8 +10,8 @@ import os
 
 from verifiers_rl.verbosity import VERBOSE_ENV
 
-# (flags, takes a value, what it means here); "" = no effect on what is measured (display or scheduling)
-NO_EFFECT = [
+# (flags, the value it takes: False none, True one, "?" an optional one, "append" repeated; what it means here)
+NO_EFFECT = [  # display and scheduling: nothing measured changes
     (("-N", "--no-interleave-scoring"), False, "rollouts are scored as they finish either way"),
     (("-f", "--fullscreen"), False, "no live display here"),
     (("-d", "--disable-tui"), False, "no live display here"),
@@ -41,7 +41,7 @@ def _dest(flags: tuple[str, ...]) -> str:
 
 
 def add_verifiers_flags(p: argparse.ArgumentParser) -> None:
-    """verifiers' flags, hidden from --help (read by `check_verifiers_flags`)."""
+    """verifiers' flags, hidden from --help (read by `apply_verifiers_flags`)."""
     for flags, value, _ in NO_EFFECT + REFUSED:
         if value == "append":
             p.add_argument(*flags, dest=_dest(flags), action="append", default=None, help=argparse.SUPPRESS)

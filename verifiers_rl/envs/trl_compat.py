@@ -23,8 +23,9 @@ def _completions(states: list[dict[str, Any]], conversational: bool, turns: bool
     return [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
 
 
-def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: bool) -> Callable:
-    """`func` (TRL's signature) as a group reward function of this package's rubric (takes `states`)."""
+def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: bool, trainer: dict) -> Callable:
+    """`func` (TRL's signature) as a group reward function of this package's rubric (takes `states`); its
+    `trainer_state` is the trainer's (`trainer["ref"]`, set by RLTrainer) at the call."""
 
     async def reward(states: list[dict[str, Any]]) -> list[float]:
         rows = [s.get("input") or {} for s in states]
@@ -32,8 +33,8 @@ def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: 
         ids = [[t for step in s.get("trajectory") or [] for t in (step.get("tokens") or {}).get("completion_ids") or []]
                for s in states]
         out = func(prompts=[row.get(ORIGINAL, row.get("prompt")) for row in rows],
-                   completions=_completions(states, conversational, turns), completion_ids=ids, trainer_state=None,
-                   **kwargs)
+                   completions=_completions(states, conversational, turns), completion_ids=ids,
+                   trainer_state=getattr(trainer["ref"](), "state", None), **kwargs)
         if inspect.isawaitable(out):
             out = await out
         return [0.0 if x is None else float(x) for x in out]
@@ -69,9 +70,11 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
     if not conversational:  # the reward functions still get the strings
         data = quiet_map(data, lambda rows: {ORIGINAL: rows["prompt"],
                                              "prompt": [[{"role": "user", "content": p}] for p in rows["prompt"]]})
-    rubric = vf.Rubric(funcs=[_reward_fn(f, columns, conversational, bool(tools)) for f in funcs],
+    trainer: dict[str, Callable] = {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
+    rubric = vf.Rubric(funcs=[_reward_fn(f, columns, conversational, bool(tools), trainer) for f in funcs],
                        weights=list(reward_weights) if reward_weights is not None else None)
     env = vf.ToolEnv(dataset=data, tools=list(tools), rubric=rubric) if tools else \
         vf.SingleTurnEnv(dataset=data, rubric=rubric)
     env.trl_string_prompts = not conversational  # RLTrainer says so: TRL would send the raw text
+    env.trl_trainer = trainer
     return env

@@ -7,6 +7,7 @@ step, the weight sync after it), evaluation.py, checkpoints.py, hf_hooks.py (eve
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -56,6 +57,8 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         model, tokenizer = load_policy(model, args, processing_class, peft_config)
         self.env = env
+        if hasattr(env, "trl_trainer"):  # TRL's reward functions read trainer_state (envs/trl_compat.py)
+            env.trl_trainer["ref"] = weakref.ref(self)
         self.eval_envs = setup.eval_env_map(env, eval_envs)
         super().__init__(model=model, args=args, train_dataset=range(args.max_steps), processing_class=tokenizer,
                          data_collator=_first, callbacks=callbacks, **kwargs)
