@@ -56,7 +56,6 @@ def export_wandb_env(cfg: Any) -> None:
         os.environ["WANDB_ENTITY"] = str(wandb["entity"])
 
 
-
 def check_wandb_reachable(report_to: Any, key: str, need_key: bool = False) -> None:
     """NetworkError (one line) when `report_to` logs to W&B online and its server cannot be reached, before
     wandb.init retries for some 100 s; `need_key`: also when no key is set (a command, which wandb cannot prompt)."""

@@ -26,6 +26,8 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
     `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
     in one line."""
+    for key in kwargs.keys() & _NOT_HERE.keys():
+        raise TypeError(f"RLTrainer does not take {key}: {_NOT_HERE[key]}")
     trl = {k: kwargs.pop(k) for k in ("reward_funcs", "train_dataset", "reward_weights", "tools") if k in kwargs}
     if env is None or trl:
         if env is not None or not {"reward_funcs", "train_dataset"} <= trl.keys():
@@ -38,8 +40,6 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
             print("note: train_dataset's prompts are strings: each is sent as one user message through the chat "
                   "template (TRL sends the raw text); give chat messages to choose", flush=True)
         return env
-    for key in kwargs.keys() & _NOT_HERE.keys():
-        raise TypeError(f"RLTrainer does not take {key}: {_NOT_HERE[key]}")
     if isinstance(env, str):
         from verifiers_rl.v1.entry import load_env_entry
 
