@@ -13,8 +13,8 @@ from test_trainer import make_config, make_env
 
 
 @pytest.mark.parametrize("key, says", [
-    ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset (reward_weights "
-                      "and tools too) in its place; give one or the other"),
+    ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset (reward_weights, "
+                      "tools and eval_dataset too) in its place; give one or the other"),
     ("eval_dataset", "RLTrainer does not take eval_dataset: eval runs on eval_envs"),
     ("reward_funcs", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset"),
     ("tokenizer", "RLTrainer does not take tokenizer: pass it as processing_class"),
@@ -280,7 +280,8 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
         assert all(c[0]["role"] == "assistant" for c in completions) and all(isinstance(t, int) for i in ids for t in i)
         assert rest == ["level"]
     for state in trainer.last_states:
-        text, word = state["completion"][-1]["content"], state["input"]["solution"]
+        # a rollout the tiny model ended at once (an empty-reply error) has no message: TRL's text is then ""
+        text, word = (state["completion"] or [{}])[-1].get("content") or "", state["input"]["solution"]
         said = 0.0 if word == "skip" else float(word in text)
         assert state["reward"] == pytest.approx(min(len(text), 10) / 10 + said)
         assert {"length_reward", "says_solution"} <= set(state["metrics"])
@@ -294,7 +295,8 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
     trainer.train()
     assert seen and all(isinstance(p, str) and p.startswith("Say ") for p in seen)  # as the dataset gave them
     assert all(s["prompt"][-1] == {"role": "user", "content": s["input"]["trl_prompt"]} for s in trainer.last_states)
-    assert all(s["reward"] == 0.5 * len(s["completion"][-1]["content"]) for s in trainer.last_states)
+    replies = [(s["completion"] or [{}])[-1].get("content") or "" for s in trainer.last_states]
+    assert [s["reward"] for s in trainer.last_states] == [0.5 * len(r) for r in replies]
 
 
 @pytest.mark.parametrize("kwargs, line", [
@@ -331,7 +333,28 @@ def test_trls_tools_make_a_tool_environment_and_its_other_arguments_are_one_line
                            train_dataset=[{"prompt": [{"role": "user", "content": f"{i} + 2?"}]} for i in range(8)])
     assert isinstance(trainer.env, ToolEnv) and [t["name"] for t in trainer.env.tool_defs] == ["add"]
     trainer.train()
-    assert seen and all(isinstance(c, list) and c and c[0]["role"] == "assistant" for c in seen)
+    assert seen and all(isinstance(c, list) for c in seen)  # every message after the prompt (none: an empty reply)
+    assert any(c and c[0]["role"] == "assistant" for c in seen)
     for key in ("reward_processing_classes", "quantization_config", "rollout_func", "environment_factory"):
         with pytest.raises(TypeError, match=f"^RLTrainer does not take {key}: "):
             vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), **{key: object()})
+
+
+def test_trls_eval_dataset_is_evaluated_with_its_reward_funcs(tiny_model_dir, tmp_path):
+    seen = []
+
+    def score(prompts, completions, **kwargs):
+        seen.extend(p[-1]["content"] for p in prompts)
+        return [len(c[0]["content"]) / 10 for c in completions]
+
+    train = [{"prompt": [{"role": "user", "content": f"train {i}"}]} for i in range(8)]
+    held_out = [{"prompt": [{"role": "user", "content": f"held out {i}"}]} for i in range(4)]
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=score, train_dataset=train, eval_dataset=held_out,
+                           args=make_config(tmp_path, max_steps=1, eval_num_examples=4))
+    assert list(trainer.eval_envs) == ["eval"]
+    seen.clear()
+    metrics = trainer.run_eval()
+    trainer.close()
+    assert sorted(set(seen)) == [f"held out {i}" for i in range(4)] and "val/eval/reward/mean" in metrics
+    with pytest.raises(TypeError, match="^RLTrainer does not take eval_dataset: eval runs on eval_envs"):
+        vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), eval_dataset=held_out)

@@ -44,11 +44,12 @@ def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: 
 
 
 def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[float] | None = None,
-                    tools: list[Callable] | None = None) -> Any:
+                    tools: list[Callable] | None = None, trainer: dict | None = None, eval_only: bool = False) -> Any:
     """A SingleTurnEnv (a ToolEnv with TRL's `tools`: plain functions with docstrings, as both take them) training
     on `train_dataset` (a `datasets.Dataset` or a list of rows with a `prompt` column: a string, sent as one user
     message through the chat template, or a list of chat messages) and scored by TRL's `reward_funcs` (a callable or
-    a list of them). ValueError (one line) for what it cannot take."""
+    a list of them). ValueError (one line) for what it cannot take. `eval_only`: the rows are its eval dataset
+    (TRL's eval_dataset); `trainer`: the training env's `trl_trainer`, shared."""
     from datasets import Dataset
 
     import verifiers_rl as vf
@@ -70,11 +71,11 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
     if not conversational:  # the reward functions still get the strings
         data = quiet_map(data, lambda rows: {ORIGINAL: rows["prompt"],
                                              "prompt": [[{"role": "user", "content": p}] for p in rows["prompt"]]})
-    trainer: dict[str, Callable] = {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
+    trainer = trainer if trainer is not None else {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
     rubric = vf.Rubric(funcs=[_reward_fn(f, columns, conversational, bool(tools), trainer) for f in funcs],
                        weights=list(reward_weights) if reward_weights is not None else None)
-    env = vf.ToolEnv(dataset=data, tools=list(tools), rubric=rubric) if tools else \
-        vf.SingleTurnEnv(dataset=data, rubric=rubric)
+    rows = {"eval_dataset" if eval_only else "dataset": data}
+    env = vf.ToolEnv(**rows, tools=list(tools), rubric=rubric) if tools else vf.SingleTurnEnv(**rows, rubric=rubric)
     env.trl_string_prompts = not conversational  # RLTrainer says so: TRL would send the raw text
     env.trl_trainer = trainer
     return env

@@ -26,16 +26,22 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
     `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
     in one line."""
+    names = ["reward_funcs", "train_dataset", "reward_weights", "tools"]
+    if "reward_funcs" in kwargs:  # TRL's eval_dataset: scored by its reward_funcs too
+        names.append("eval_dataset")
+    trl = {k: kwargs.pop(k) for k in names if k in kwargs}
     for key in kwargs.keys() & _NOT_HERE.keys():
         raise TypeError(f"RLTrainer does not take {key}: {_NOT_HERE[key]}")
-    trl = {k: kwargs.pop(k) for k in ("reward_funcs", "train_dataset", "reward_weights", "tools") if k in kwargs}
     if env is None or trl:
         if env is not None or not {"reward_funcs", "train_dataset"} <= trl.keys():
             raise TypeError("RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset "
-                            "(reward_weights and tools too) in its place; give one or the other")
+                            "(reward_weights, tools and eval_dataset too) in its place; give one or the other")
         from verifiers_rl.envs.trl_compat import trl_environment
 
-        env = trl_environment(trl["train_dataset"], trl["reward_funcs"], trl.get("reward_weights"), trl.get("tools"))
+        scoring = (trl["reward_funcs"], trl.get("reward_weights"), trl.get("tools"))
+        env = trl_environment(trl["train_dataset"], *scoring)
+        if trl.get("eval_dataset") is not None:  # eval_envs' default: {"eval": it} (RLTrainer)
+            env.trl_eval_env = trl_environment(trl["eval_dataset"], *scoring, trainer=env.trl_trainer, eval_only=True)
         if env.trl_string_prompts:
             print("note: train_dataset's prompts are strings: each is sent as one user message through the chat "
                   "template (TRL sends the raw text); give chat messages to choose", flush=True)
