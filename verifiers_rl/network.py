@@ -91,9 +91,11 @@ def push_to_hub_problem(push_to_hub: bool) -> str | None:
     __init__: a bare ConnectError), else None."""
     if not push_to_hub:
         return None
-    why = hub_state() if hub_offline() else (f"the model hub {hub_url()} cannot be reached ({hub_unreachable()})"
-                                             if hub_unreachable() else None)
-    if why is None:
+    if hub_offline():
+        why = hub_state()
+    elif reason := hub_unreachable():
+        why = f"the model hub {hub_url()} cannot be reached ({reason})"
+    else:
         return None
     return (f"push_to_hub=True, but {why}; set push_to_hub=False and upload the output dir later (`hf upload`), or "
             "train where the hub can be reached")
@@ -122,16 +124,17 @@ def wandb_url(env: dict[str, str] | None = None) -> str:
     return DEFAULT_BASE_URL
 
 
-def wandb_credentials(env: dict[str, str]) -> bool:
-    """Whether wandb finds a key here: WANDB_API_KEY, an identity token file, or a `wandb login` netrc entry."""
+def wandb_needs_key(env: dict[str, str]) -> bool:
+    """Whether W&B, on and online, finds no key here (WANDB_API_KEY, an identity token file, a `wandb login` netrc
+    entry): a command cannot answer wandb's prompt for one."""
+    if env.get("WANDB_MODE") in WANDB_OFF_MODES or env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return False
     netrc = env.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
-    if env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
-        return True
     try:
         with open(netrc, errors="replace") as f:
-            return "wandb" in f.read()
+            return "wandb" not in f.read()
     except OSError:
-        return False
+        return True
 
 
 def wandb_unreachable(env: dict[str, str] | None = None, timeout: float = PROBE_TIMEOUT_S) -> str | None:

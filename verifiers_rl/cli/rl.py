@@ -231,11 +231,11 @@ def _check_teacher(cfg: Any) -> None:
 
 
 def _check_wandb(resolved: Any) -> None:
-    """W&B on: a key (WANDB_API_KEY, an env_file, a netrc entry) or offline mode, else one line now, not wandb's own
-    error after the model and the environments have loaded."""
+    """W&B on: a key (WANDB_API_KEY, an env_file, a netrc entry) or offline mode, and its server in reach, else one
+    line now, not wandb's own error after the model and the environments have loaded."""
     from verifiers_rl.config.loading import read_env_file
     from verifiers_rl.config.resolution import map_origin
-    from verifiers_rl.network import WANDB_OFF_MODES, wandb_credentials, wandb_unreachable
+    from verifiers_rl.network import wandb_needs_key, wandb_unreachable
 
     report = resolved.args.report_to
     if "wandb" not in ([report] if isinstance(report, str) else list(report or [])):
@@ -243,15 +243,14 @@ def _check_wandb(resolved: Any) -> None:
     env = dict(os.environ)
     for path in resolved.cfg.env_file:
         env.update(read_env_file(path))
-    if env.get("WANDB_MODE") in WANDB_OFF_MODES or wandb_credentials(env):
-        why = wandb_unreachable(env)
-        if why:
-            fail(map_origin(f"trainer.args.wandb: W&B logging is on, but {why}; log offline with -e WANDB_MODE=offline "
-                            "(`wandb sync` later), or turn it off with --no-wandb", resolved.origin), code=1)
-        return
-    fail(map_origin("trainer.args.wandb: W&B logging is on, but no W&B API key is set here (WANDB_API_KEY, an "
-                    "env_file, `wandb login`); pass --wandb-api-key KEY or -e WANDB_API_KEY, log offline with -e "
-                    "WANDB_MODE=offline, or turn it off with --no-wandb", resolved.origin), code=1)
+    if wandb_needs_key(env):
+        fail(map_origin("trainer.args.wandb: W&B logging is on, but no W&B API key is set here (WANDB_API_KEY, an "
+                        "env_file, `wandb login`); pass --wandb-api-key KEY or -e WANDB_API_KEY, log offline with -e "
+                        "WANDB_MODE=offline, or turn it off with --no-wandb", resolved.origin), code=1)
+    why = wandb_unreachable(env)
+    if why:
+        fail(map_origin(f"trainer.args.wandb: W&B logging is on, but {why}; log offline with -e WANDB_MODE=offline "
+                        "(`wandb sync` later), or turn it off with --no-wandb", resolved.origin), code=1)
 
 
 def _check_push(resolved: Any) -> None:

@@ -59,8 +59,6 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
         self.env = env
         if hasattr(env, "trl_trainer"):  # TRL's reward functions read trainer_state (envs/trl_compat.py)
             env.trl_trainer["ref"] = weakref.ref(self)
-        if eval_envs is None and getattr(env, "trl_eval_env", None) is not None:  # TRL's eval_dataset
-            eval_envs = {"eval": env.trl_eval_env}
         self.eval_envs = setup.eval_env_map(env, eval_envs)
         super().__init__(model=model, args=args, train_dataset=range(args.max_steps), processing_class=tokenizer,
                          data_collator=_first, callbacks=callbacks, **kwargs)

@@ -60,12 +60,12 @@ def check_wandb_reachable(report_to: Any, key: str, need_key: bool = False) -> N
     """NetworkError (one line) when `report_to` logs to W&B online and its server cannot be reached, before
     wandb.init retries for some 100 s; `need_key`: also when no key is set (a command, which wandb cannot prompt)."""
     from verifiers_rl.errors import NetworkError
-    from verifiers_rl.network import WANDB_OFF_MODES, wandb_credentials, wandb_unreachable
+    from verifiers_rl.network import wandb_needs_key, wandb_unreachable
 
     if "wandb" not in ([report_to] if isinstance(report_to, str) else list(report_to or [])):
         return
     offline = "set WANDB_MODE=offline to log offline (`wandb sync` later), or leave 'wandb' out"
-    if need_key and os.environ.get("WANDB_MODE") not in WANDB_OFF_MODES and not wandb_credentials(dict(os.environ)):
+    if need_key and wandb_needs_key(dict(os.environ)):
         raise NetworkError(f"{key} includes 'wandb', but no W&B API key is set here (WANDB_API_KEY, `wandb login`); "
                            f"set one, {offline}")
     why = wandb_unreachable()

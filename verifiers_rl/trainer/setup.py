@@ -54,8 +54,11 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def eval_env_map(env: Any, eval_envs: Any) -> dict[str, Any]:
-    """`eval_envs` as {name: env}: None → the training env; a list → named by env_id or env_<i> (a repeat: +_<i>)."""
+    """`eval_envs` as {name: env}: None → the training env (one TRL's eval_dataset made: {"eval": it}); a list → named
+    by env_id or env_<i> (a repeat: +_<i>)."""
 
+    if eval_envs is None and getattr(env, "trl_eval_env", None) is not None:
+        return {"eval": env.trl_eval_env}
     if isinstance(eval_envs, dict):
         return eval_envs
     envs = [env] if eval_envs is None else list(eval_envs)
