@@ -278,7 +278,7 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
         assert len(prompts) == len(completions) == len(ids) == len(solution) == args.rollouts_per_example
         assert {p[0]["content"] for p in prompts} == {f"Say {solution[0]}."}  # a group: one prompt, its columns
         assert all(c[0]["role"] == "assistant" for c in completions) and all(isinstance(t, int) for i in ids for t in i)
-        assert rest == ["level"]
+        assert rest == ["level", "log_extra", "log_metric"]  # as TRL 1.x passes them
     for state in trainer.last_states:
         # a rollout the tiny model ended at once (an empty-reply error) has no message: TRL's text is then ""
         text, word = (state["completion"] or [{}])[-1].get("content") or "", state["input"]["solution"]
@@ -358,3 +358,28 @@ def test_trls_eval_dataset_is_evaluated_with_its_reward_funcs(tiny_model_dir, tm
     assert sorted(set(seen)) == [f"held out {i}" for i in range(4)] and "val/eval/reward/mean" in metrics
     with pytest.raises(TypeError, match="^RLTrainer does not take eval_dataset: eval runs on eval_envs"):
         vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), eval_dataset=held_out)
+
+
+def test_trls_log_metric_and_log_extra_reach_the_steps_metrics_and_sample_tables(tiny_model_dir, tmp_path, capsys):
+    """TRL 1.x passes `log_metric(name, value)` and `log_extra(column, values)` to every reward function: a metric
+    is the step's `metrics/<name>/mean` (the mean of the step's calls), a column shows in the sample table."""
+    logged = []
+
+    def reward(completions, level, log_metric, log_extra, **kwargs):
+        lengths = [len(c[0]["content"]) for c in completions]
+        log_metric("mean_level", sum(level) / len(level))  # a group shares its prompt's row: one level
+        logged.append(level[0])
+        log_extra("chars", lengths)
+        return [n / 10 for n in lengths]
+
+    data = [{"prompt": [{"role": "user", "content": f"Say {i}."}], "level": float(i)} for i in range(8)]
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=reward, train_dataset=data,
+                           args=make_config(tmp_path, max_steps=1, sample_log_interval=1))
+    trainer.train()
+    step = [h for h in trainer.state.log_history if "metrics/mean_level/mean" in h]
+    assert len(step) == 1 and step[0]["metrics/mean_level/mean"] == pytest.approx(sum(logged) / len(logged))
+    assert step[0]["metrics/reward/mean"] == pytest.approx(step[0]["reward/all/mean"])  # the function's own score
+    for s in trainer.last_states:
+        text = (s["completion"] or [{}])[-1].get("content") or ""
+        assert s["logged_columns"] == {"chars": len(text)} and s["metrics"]["mean_level"] == s["input"]["level"]
+    assert "chars" in capsys.readouterr().out  # the console's sample table has the column

@@ -1,16 +1,36 @@
 """TRL's way in: `RLTrainer(model, reward_funcs=..., train_dataset=..., args=...)`, as `GRPOTrainer` takes them,
 becomes a one-turn environment (`trl_environment`). The dataset's `prompt` column is the prompt; each reward function
 is called as TRL calls it (`prompts`, `completions`, `completion_ids`, every other dataset column as a list, by
-keyword), here once per group of a prompt's rollouts; a None reward counts 0 in the weighted sum, as TRL's nansum."""
+keyword), here once per group of a prompt's rollouts; a None reward counts 0 in the weighted sum, as TRL's nansum.
+What a function logs with TRL's `log_metric(name, value)` is the step's `metrics/<name>/mean` (averaged over the
+step's calls, as TRL's), and `log_extra(column, values)` a column of the sample tables (console and W&B)."""
 
 from __future__ import annotations
 
 import inspect
+from collections import defaultdict
 from typing import Any, Callable
 
-from verifiers_rl.rubrics.rubric import func_name
+from verifiers_rl.rubrics.rubric import Rubric, func_name
 
 ORIGINAL = "trl_prompt"  # a string prompt as the dataset gave it (the rollout's is a user message)
+LOGGED_METRICS = "trl_logged_metrics"  # a rollout's share of what its group's calls gave `log_metric`
+LOGGED_COLUMNS = "logged_columns"  # a rollout's values of `log_extra`'s columns (the sample tables show them)
+
+
+def logged_columns(states: list[dict[str, Any]]) -> list[str]:
+    """The `log_extra` columns of these rollouts, in the order first logged."""
+    return list(dict.fromkeys(c for s in states for c in s.get(LOGGED_COLUMNS) or {}))
+
+
+class _LoggingRubric(Rubric):
+    """A Rubric whose rollouts' metrics also hold what the reward functions gave `log_metric` (a reward function's
+    own score keeps its name)."""
+
+    async def score_group(self, states: list[Any]) -> None:
+        await super().score_group(states)
+        for s in states:
+            s["metrics"] = {**s.pop(LOGGED_METRICS, {}), **(s.get("metrics") or {})}
 
 
 def _completions(states: list[dict[str, Any]], conversational: bool, turns: bool) -> list[Any]:
@@ -28,15 +48,22 @@ def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: 
     `trainer_state` is the trainer's (`trainer["ref"]`, set by RLTrainer) at the call."""
 
     async def reward(states: list[dict[str, Any]]) -> list[float]:
+        metrics: dict[str, list[float]] = defaultdict(list)
+        columns_: dict[str, list[Any]] = defaultdict(list)
         rows = [s.get("input") or {} for s in states]
         kwargs = {c: [row.get(c) for row in rows] for c in columns}
         ids = [[t for step in s.get("trajectory") or [] for t in (step.get("tokens") or {}).get("completion_ids") or []]
                for s in states]
         out = func(prompts=[row.get(ORIGINAL, row.get("prompt")) for row in rows],
                    completions=_completions(states, conversational, turns), completion_ids=ids,
-                   trainer_state=getattr(trainer["ref"](), "state", None), **kwargs)
+                   trainer_state=getattr(trainer["ref"](), "state", None),
+                   log_metric=lambda name, value: metrics[name].append(float(value)),
+                   log_extra=lambda column, values: columns_[column].extend(values), **kwargs)
         if inspect.isawaitable(out):
             out = await out
+        for i, s in enumerate(states):
+            s.setdefault(LOGGED_METRICS, {}).update({k: sum(v) / len(v) for k, v in metrics.items()})
+            s.setdefault(LOGGED_COLUMNS, {}).update({c: v[i] if i < len(v) else None for c, v in columns_.items()})
         return [0.0 if x is None else float(x) for x in out]
 
     reward.__name__ = func_name(func)
@@ -72,7 +99,7 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
         data = quiet_map(data, lambda rows: {ORIGINAL: rows["prompt"],
                                              "prompt": [[{"role": "user", "content": p}] for p in rows["prompt"]]})
     trainer = trainer if trainer is not None else {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
-    rubric = vf.Rubric(funcs=[_reward_fn(f, columns, conversational, bool(tools), trainer) for f in funcs],
+    rubric = _LoggingRubric(funcs=[_reward_fn(f, columns, conversational, bool(tools), trainer) for f in funcs],
                        weights=list(reward_weights) if reward_weights is not None else None)
     rows = {"eval_dataset" if eval_only else "dataset": data}
     env = vf.ToolEnv(**rows, tools=list(tools), rubric=rubric) if tools else vf.SingleTurnEnv(**rows, rubric=rubric)

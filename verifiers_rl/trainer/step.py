@@ -193,11 +193,16 @@ def print_samples(trainer: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from verifiers_rl.envs.trl_compat import LOGGED_COLUMNS, logged_columns
+
     table = Table(title=f"samples at step {step}", show_lines=True)
-    for col in ("prompt", "completion", "reward"):
+    shown = states[:: max(1, len(states) // 3)][:3]
+    extra = logged_columns(shown)
+    for col in ("prompt", "completion", "reward", *extra):
         table.add_column(col, overflow="fold")
-    for s in states[:: max(1, len(states) // 3)][:3]:
+    for s in shown:
         prompt = s["prompt"][-1].get("content", "") if s.get("prompt") else ""
         completion = "\n".join(str(m.get("content") or m.get("tool_calls") or "") for m in s["completion"])
-        table.add_row(str(prompt)[:200], completion[:300], f"{reward_of(s):.3f}")
+        table.add_row(str(prompt)[:200], completion[:300], f"{reward_of(s):.3f}",
+                      *(str(s.get(LOGGED_COLUMNS, {}).get(c))[:100] for c in extra))
     Console().print(table)

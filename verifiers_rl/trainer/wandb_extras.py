@@ -8,6 +8,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from verifiers_rl.envs.trl_compat import LOGGED_COLUMNS, logged_columns
 from verifiers_rl.rewards import reward_of, training_reward
 
 
@@ -32,11 +33,13 @@ class WandbSamplesCallback(TrainerCallback):
         if wandb.run is None or not states or advantages is None:
             return
         rewards = [training_reward(s, args.zero_truncated_completions) for s in states]  # what trained
-        table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
+        extra = logged_columns(states)  # TRL's log_extra columns
+        table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage", *extra])
         for s, a in zip(states, advantages.tolist()):
             prompt = s.get("prompt") or []
             table.add_data(state.global_step, _text(prompt[-1:] if isinstance(prompt, list) else prompt),
-                           _text(s.get("completion")), reward_of(s), a)
+                           _text(s.get("completion")), reward_of(s), a,
+                           *(s.get(LOGGED_COLUMNS, {}).get(c) for c in extra))
         # its own W&B step on HF's x-axis (transformers' WandbCallback logs train/global_step)
         wandb.log({"samples": table, "distributions/reward": wandb.Histogram(rewards),
                    "distributions/advantage": wandb.Histogram(advantages.tolist()),
