@@ -14,7 +14,7 @@ import torch
 from transformers import Trainer
 from transformers.trainer_utils import enable_full_determinism, set_seed
 
-from verifiers_rl.errors import NetworkError
+from verifiers_rl.errors import NetworkError, SettingError
 from verifiers_rl.network import push_to_hub_problem
 from verifiers_rl.startup_gc import frozen_heap
 from verifiers_rl.trainer import checkpoints, distributed, evaluation, setup
@@ -26,6 +26,8 @@ from verifiers_rl.trainer.optimizers import ExtraOptimizers
 from verifiers_rl.trainer.run_settings import check_wandb_reachable, export_wandb_env
 from verifiers_rl.trainer.sharding import check_resume_layout
 from verifiers_rl.trainer.step import StepRunner, merge_pending, print_samples
+from verifiers_rl.trainer.config_from_trl import is_trl_args, rl_config_from
+from verifiers_rl.trainer.trl_names import TRL_NAMES
 
 
 def _first(items: list[int]) -> dict[str, Any]:
@@ -45,13 +47,21 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
                  peft_config: Any = None, callbacks: list | None = None, eval_envs: Any = None,
                  vllm_server: Any = None, plan: Any = None, **kwargs: Any):
         args = args or RLConfig()
-        if not isinstance(args, RLConfig):
-            raise TypeError("args must be an RLConfig")
+        if not isinstance(args, RLConfig) and not is_trl_args(args):
+            raise TypeError(f"args must be an RLConfig (or TRL's GRPOConfig), not {type(args).__name__}; "
+                            "vf.RLConfig takes TrainingArguments' fields too")
+        trl_weights = getattr(args, "reward_weights", None)  # GRPOConfig's, for TRL's reward_funcs
+        if trl_weights is not None and "reward_funcs" in kwargs:
+            kwargs.setdefault("reward_weights", trl_weights)
+        elif trl_weights is not None:
+            raise SettingError("reward_weights", f"args: GRPOConfig's reward_weights: {TRL_NAMES['reward_weights']}")
         check_hooks()  # one line when the installed transformers / accelerate moved a hook we override
         problem = push_to_hub_problem(args.push_to_hub)  # before the model loads, not Trainer's bare ConnectError
         if problem:
             raise NetworkError(problem)
         env = setup.environment(env, kwargs)
+        if not isinstance(args, RLConfig):
+            args = rl_config_from(args, env, lora=peft_config is not None)  # TRL's meaning, defaults included (trainer/config_from_trl.py)
         earlier_run = checkpoints.used_by(args.output_dir)  # before anything of this run is written there
         # seeded before the policy is built: the LoRA init draws from the global RNG, Trainer seeds in its __init__
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)

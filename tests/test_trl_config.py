@@ -1,0 +1,89 @@
+"""TRL's GRPOConfig as RLTrainer's args: a TRL script with GRPOTrainer renamed
+RLTrainer trains with the settings its config means, TRL's defaults included; what has no counterpart is one line."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import TrainingArguments
+from trl import GRPOConfig
+
+import verifiers_rl as vf
+from verifiers_rl.errors import SettingError
+from verifiers_rl.trainer.config_from_trl import rl_config_from
+
+PROMPTS = [{"prompt": [{"role": "user", "content": f"Say {i}."}], "level": i} for i in range(8)]
+
+
+def grpo(tmp_path, **kw) -> GRPOConfig:
+    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
+                max_completion_length=6, max_steps=2, bf16=False, use_cpu=True, report_to="none", seed=0,
+                logging_steps=1)
+    return GRPOConfig(**{**base, **kw})
+
+
+def lengths(completions, **kw):
+    return [len(c[0]["content"]) / 10 for c in completions]
+
+
+def test_a_grpoconfig_trains_with_the_settings_it_means(tiny_model_dir, tmp_path, capsys):
+    args = grpo(tmp_path, gradient_accumulation_steps=2, per_device_train_batch_size=4, epsilon=0.1,
+                reward_weights=[0.5], temperature=0.9)
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=lengths, args=args, train_dataset=PROMPTS)
+    assert "note: args is GRPOConfig, read as RLConfig(batch_size=8, micro_batch_size=4, max_steps=2" in (
+        capsys.readouterr().out)
+    rl = trainer.args
+    assert isinstance(rl, vf.RLConfig) and (rl.batch_size, rl.micro_batch_size, rl.rollouts_per_example) == (8, 4, 4)
+    assert (rl.max_tokens, rl.learning_rate, rl.temperature, rl.use_lora) == (6, 1e-6, 0.9, False)  # TRL's lr
+    assert rl.gradient_accumulation_steps == 1 and rl.logging_steps == 1
+    assert rl.loss == {"type": "dapo", "beta": 0.0, "epsilon_low": 0.1, "epsilon_high": 0.1, "delta": None}
+    assert rl.advantage == {"type": "grpo", "scale_rewards": "group"}  # TRL's default scaling
+    trainer.train()
+    assert trainer.state.global_step == 2
+    for s in trainer.last_states:  # GRPOConfig's reward_weights weigh TRL's reward_funcs
+        text = (s["completion"] or [{}])[-1].get("content") or ""
+        assert s["reward"] == pytest.approx(0.5 * len(text) / 10)
+
+
+def test_epochs_size_the_run_over_the_prompts_each_rollouts_per_example_times(tiny_model_dir, tmp_path):
+    from verifiers_rl.envs.trl_compat import trl_environment
+
+    env = trl_environment(PROMPTS, lengths)
+    args = grpo(tmp_path, max_steps=-1, num_train_epochs=3)  # 8 prompts x 4 rollouts x 3 epochs / 8 a step
+    assert rl_config_from(args, env).max_steps == 12
+    with pytest.raises(SettingError, match=r"^args sizes the run by num_train_epochs=3 and the environment's dataset "
+                                           r"has no length here; set max_steps$"):
+        rl_config_from(args, object())
+
+
+@pytest.mark.parametrize("kw, key, says", [
+    (dict(top_entropy_quantile=0.2), "top_entropy_quantile", "args: GRPOConfig's top_entropy_quantile=0.2 has no "
+                                                             "counterpart here; what sets it: nothing"),
+    (dict(num_iterations=2), "num_iterations", "args: GRPOConfig's num_iterations=2 has no counterpart "
+                                             "here; what sets it: nothing: each batch"),
+    (dict(steps_per_generation=2), "steps_per_generation", "args: GRPOConfig's steps_per_generation / "
+                                                           "generation_batch_size reuse one generation"),
+    (dict(sync_ref_model=True), "sync_ref_model", "args: GRPOConfig's sync_ref_model=True has no counterpart here"),
+])
+def test_what_a_grpoconfig_sets_with_no_counterpart_is_one_line(tmp_path, kw, key, says):
+    with pytest.raises(SettingError) as e:
+        rl_config_from(grpo(tmp_path, **kw), None)
+    assert e.value.key == key and str(e.value).startswith(says) and "\n" not in str(e.value)
+
+
+def test_trls_vllm_server_and_its_sampler_correction_carry_over(tmp_path):
+    args = grpo(tmp_path, use_vllm=True, vllm_mode="server", vllm_server_base_url="http://gpu-node:8000",
+                loss_type="grpo", importance_sampling_level="sequence", top_k=20, scale_rewards="batch")
+    rl = rl_config_from(args, None)
+    assert rl.inference_backend == "vllm" and rl.vllm_server_urls == ["http://gpu-node:8000"] and rl.top_k == 20
+    assert rl.loss["importance_sampling_mode"] == "sequence_mask" and rl.loss["importance_sampling_clip_max"] == 3.0
+    assert rl.loss["importance_sampling_level"] == "sequence" and rl.advantage["scale_rewards"] == "batch"
+
+
+def test_args_of_another_kind_and_grpoconfigs_reward_weights_beside_an_environment_are_one_line(tiny_model_dir,
+                                                                                                 tmp_path):
+    plain = TrainingArguments(output_dir=str(tmp_path / "o"), use_cpu=True)
+    with pytest.raises(TypeError, match="^args must be an RLConfig .or TRL's GRPOConfig., not TrainingArguments; "
+                                        "vf.RLConfig takes TrainingArguments' fields too$"):
+        vf.RLTrainer(str(tiny_model_dir), reward_funcs=lengths, args=plain, train_dataset=PROMPTS)
+    with pytest.raises(SettingError, match="^args: GRPOConfig's reward_weights: the environment rubric's weights"):
+        vf.RLTrainer(str(tiny_model_dir), vf.load_environment("reverse-text"), args=grpo(tmp_path, reward_weights=[1]))

@@ -1,0 +1,150 @@
+"""TRL's GRPOConfig as RLTrainer's `args`: read into the RLConfig it means, TRL's
+own defaults included (learning_rate 1e-6, bf16, the dapo loss, group-scaled advantages, 8 generations of up to 512
+tokens), and said in one line. A field with no meaning here, set away from TRL's default, is one line naming what
+sets it (trl_names.py); so is a run sized by epochs over an environment whose dataset has no length."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import MISSING, fields
+from typing import Any
+
+from verifiers_rl.errors import SettingError
+from verifiers_rl.trainer.trl_names import TRL_NAMES
+
+RENAMED = {"num_generations": "rollouts_per_example", "max_completion_length": "max_tokens"}
+SAME_NAME = ("temperature", "top_p", "repetition_penalty", "chat_template_kwargs", "mask_truncated_completions",
+             "disable_dropout", "shuffle_dataset")
+VLLM_SERVER = ("vllm_server_host", "vllm_server_port", "vllm_server_timeout")  # read with use_vllm=True
+# GRPOConfig field -> the loss table's key (kept where the chosen loss type has that key)
+LOSS_KEYS = {"beta": "beta", "epsilon": "epsilon_low", "epsilon_high": "epsilon_high", "delta": "delta",
+             "importance_sampling_level": "importance_sampling_level",
+             "sapo_temperature_pos": "temperature_pos", "sapo_temperature_neg": "temperature_neg",
+             **{f"vespo_{k}": k for k in ("k_pos", "k_neg", "lambda_pos", "lambda_neg")}}
+VLLM_CORRECTION = ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                   "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
+                   "vllm_importance_sampling_cap")
+READ = {*RENAMED, *SAME_NAME, *VLLM_SERVER, *LOSS_KEYS, *VLLM_CORRECTION, "loss_type", "scale_rewards", "top_k", "min_p",
+        "num_generations_eval", "use_vllm", "vllm_mode", "vllm_server_base_url", "reward_weights", "log_completions",
+        "generation_batch_size", "steps_per_generation"}
+# TrainingArguments fields set here from others (the batch), or by RLTrainer itself
+MANAGED = {"per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+           "output_dir"}
+
+
+def is_trl_args(args: Any) -> bool:
+    """TRL's GRPOConfig or a subclass of it (without importing TRL)."""
+    return any(c.__name__ == "GRPOConfig" for c in type(args).__mro__)
+
+
+def _default(f: Any) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _trainer_fields(args: Any, config_type: type) -> dict[str, Any]:
+    """The TrainingArguments fields TRL or the user moved from transformers' defaults (as __post_init__ left them)."""
+    from transformers import TrainingArguments
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = TrainingArguments(output_dir=args.output_dir, use_cpu=args.use_cpu)
+    ours = {f.name for f in fields(config_type) if f.init}
+    return {f.name: getattr(args, f.name) for f in fields(TrainingArguments)
+            if f.init and f.name in ours and f.name not in MANAGED and getattr(args, f.name) != getattr(plain, f.name)}
+
+
+def _unread(args: Any) -> None:
+    """One line for a GRPOConfig field this trainer has no way to honour, set away from TRL's default."""
+    from transformers import TrainingArguments
+
+    base = {f.name for f in fields(TrainingArguments)}
+    try:  # TRL's defaults as its __post_init__ leaves them for this batch
+        same = ("output_dir", "use_cpu", "bf16", "fp16", "per_device_train_batch_size", "gradient_accumulation_steps",
+                "num_generations", "use_vllm", "vllm_mode")
+        with warnings.catch_warnings():  # the user's config warned already
+            warnings.simplefilter("ignore")
+            plain = type(args)(**{k: getattr(args, k) for k in same})
+    except Exception:  # noqa: BLE001 - then the fields' declared defaults
+        plain = None
+    for f in fields(args):
+        if f.name in base or f.name in READ or not f.init:
+            continue
+        if getattr(args, f.name) != (getattr(plain, f.name) if plain is not None else _default(f)):
+            raise SettingError(f.name, f"args: GRPOConfig's {f.name}={getattr(args, f.name)!r} has no counterpart "
+                                       f"here; what sets it: {TRL_NAMES.get(f.name, 'nothing')}")
+    per_step = args.per_device_train_batch_size * args.world_size
+    if args.steps_per_generation not in (None, args.gradient_accumulation_steps) or (
+            args.generation_batch_size not in (None, per_step * args.gradient_accumulation_steps)):
+        raise SettingError("steps_per_generation", "args: GRPOConfig's steps_per_generation / generation_batch_size "
+                           "reuse one generation for several optimizer steps; here each batch of rollouts is one "
+                           "step (batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices)")
+
+
+def _loss_and_advantage(args: Any) -> dict[str, Any]:
+    from verifiers_rl.trainer.typed_table import get_loss
+
+    kind = args.loss_type
+    keys = {f.name for f in fields(get_loss(kind).config)}
+    resolved = {**{k: getattr(args, k) for k in LOSS_KEYS},
+                "epsilon_high": args.epsilon if args.epsilon_high is None else args.epsilon_high}  # TRL's rule
+    loss = {"type": kind, **{LOSS_KEYS[k]: v for k, v in resolved.items() if LOSS_KEYS[k] in keys}}
+    if args.use_vllm and args.vllm_importance_sampling_correction:  # TRL corrects only vLLM's samples
+        cap = args.vllm_importance_sampling_cap
+        loss.update(importance_sampling_mode=args.vllm_importance_sampling_mode,
+                    importance_sampling_clip_min=args.vllm_importance_sampling_clip_min,
+                    importance_sampling_clip_max=args.vllm_importance_sampling_clip_max if cap is None else cap)
+    scale = {True: "group", False: "none"}.get(args.scale_rewards, args.scale_rewards)
+    return {"loss": loss, "advantage": {"type": "grpo", "scale_rewards": scale}}
+
+
+def _grpo_fields(args: Any) -> dict[str, Any]:
+    _unread(args)
+    kw = {ours: getattr(args, trl) for trl, ours in RENAMED.items()}
+    kw.update({k: getattr(args, k) for k in SAME_NAME}, **_loss_and_advantage(args))
+    kw["top_k"] = args.top_k or None  # TRL's 0 is off
+    kw["min_p"] = args.min_p or 0.0
+    if args.num_generations_eval is not None:
+        kw["eval_rollouts_per_example"] = args.num_generations_eval
+    if args.log_completions:
+        kw["sample_log_interval"] = 1
+    if args.use_vllm:
+        kw["inference_backend"] = "vllm"
+        kw.update({k: getattr(args, k) for k in VLLM_SERVER})
+        if args.vllm_mode == "server" and args.vllm_server_base_url:
+            kw["vllm_server_urls"] = [args.vllm_server_base_url]
+    return kw
+
+
+def _max_steps(args: Any, env: Any, batch_size: int, group: int) -> int:
+    """TRL's max_steps, or its num_train_epochs passes over the environment's prompts, each `group` times."""
+    if args.max_steps > 0:
+        return args.max_steps
+    try:
+        prompts = len(env.get_dataset())
+    except Exception:  # noqa: BLE001 - an environment without a sized dataset
+        prompts = 0
+    if not prompts:
+        raise SettingError("max_steps", f"args sizes the run by num_train_epochs={args.num_train_epochs} and the "
+                                        "environment's dataset has no length here; set max_steps")
+    return max(1, math.ceil(args.num_train_epochs * prompts * group / batch_size))
+
+
+def rl_config_from(args: Any, env: Any, lora: bool = False) -> Any:
+    """The RLConfig a GRPOConfig means, and one note line saying so: full fine-tuning
+    unless `lora` (RLTrainer was given a peft_config), as TRL's."""
+    from verifiers_rl.trainer.config import RLConfig
+
+    kw = {**_trainer_fields(args, RLConfig), **_grpo_fields(args)}
+    group = kw["rollouts_per_example"]
+    kw["use_lora"] = lora
+    kw["micro_batch_size"] = args.per_device_train_batch_size
+    kw["batch_size"] = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    kw["max_steps"] = _max_steps(args, env, kw["batch_size"], group)
+    config = RLConfig(output_dir=args.output_dir, **kw)
+    shown = ", ".join(f"{k}={kw[k]!r}" for k in ("batch_size", "micro_batch_size", "max_steps", "rollouts_per_example",
+                                                   "max_tokens", "learning_rate", "use_lora", "bf16", "loss",
+                                                   "advantage") if k in kw)
+    print(f"note: args is {type(args).__name__}, read as RLConfig({shown}, ...): RLTrainer.args is the RLConfig",
+          flush=True)
+    return config
