@@ -20,8 +20,10 @@ import stat
 import subprocess
 import sys
 import textwrap
+import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -341,6 +343,14 @@ def test_launching_process_killed_takes_the_server_with_it(tmp_path):
         assert_group_gone(int(pgid), f"orphans after {signal.Signals(sig).name}")
         assert Path(sockets).parent == tmp_path
         assert Path(sockets).exists() == (sig == signal.SIGKILL)  # removed by the stop a SIGTERM runs
+    # ... and the SIGKILLed launcher's by the next server start (its pid is in the folder's name)
+    with mock.patch.object(tempfile, "tempdir", str(tmp_path)):
+        server = VLLMServer(VLLMServerConfig(model="m", python=_fake_python(tmp_path, "serve"),
+                                             log_path=str(tmp_path / "next.log"), timeout=30)).start()
+        try:
+            assert not Path(sockets).exists() and Path(server.rpc_dir).parent == tmp_path
+        finally:
+            server.stop()
 
 
 # ===================================================================================================================

@@ -180,6 +180,26 @@ def _stop_all() -> None:
         s.stop()
 
 
+RPC_PREFIX = "vf-rl-vllm-"  # + the starting process's pid: its socket folder
+
+
+def remove_orphan_rpc_dirs() -> list[str]:
+    """Remove the socket folders of servers whose starting process is gone (SIGKILLed: nothing ran to remove them)."""
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob(f"{RPC_PREFIX}*-*"):
+        pid = d.name[len(RPC_PREFIX):].split("-")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+        except OSError:  # alive, someone else's
+            pass
+    return removed
+
+
 def _install_exit_hooks() -> None:
     """Stop our servers at exit and on SIGTERM/SIGHUP (whose default action skips atexit; Ctrl-C reaches it)."""
     global _HOOKS_INSTALLED
@@ -296,8 +316,9 @@ class VLLMServer:
         self._log_file.write(("$ " + " ".join(self.command()) + "\n").encode())
         _install_exit_hooks()
         # vLLM leaves its ZMQ IPC socket files in the temp dir even after a clean shutdown (some 7 a start): a
-        # folder of the server's own, removed once its processes are gone
-        self.rpc_dir = tempfile.mkdtemp(prefix="vf-rl-vllm-")
+        # folder of the server's own, removed once its processes are gone (or by a later start, if we were killed)
+        remove_orphan_rpc_dirs()
+        self.rpc_dir = tempfile.mkdtemp(prefix=f"{RPC_PREFIX}{os.getpid()}-")
         t0 = time.perf_counter()
         try:
             self.proc = subprocess.Popen(self.command(), env=self.env(), stdin=subprocess.DEVNULL,
