@@ -122,6 +122,38 @@ def test_what_vf_eval_cannot_read_is_one_line(text, line, tmp_path):
     assert str(e.value) == line
 
 
+def test_verifiers_0_4s_flags_for_its_config_keys_are_read_as_the_config(tmp_path):
+    """`vf-eval alphabet-sort --num-rollouts 2 --sampling.temperature 0.7 --env.taskset.min-turns 2` (verifiers 0.4's
+    command line: its config's keys as flags, a bare id the taskset's) is the evaluation its @ eval.toml would be."""
+    argv = ["alphabet-sort", "-m", "tiny", "--num-rollouts", "2", "--sampling.temperature=0.7",
+            "--sampling.max-tokens", "64", "--select.n", "3", "--select.shuffle", "--select.seed", "5",
+            "--env.taskset.min-turns", "2", "--env.agent.harness.id", "null", "--client.base-url", "http://h:8000/v1",
+            "--no-push"]
+    (run,) = eval_runs(argv, build_parser())
+    assert (run.env_id, run.api, run.model, run.rollouts_per_example, run.num_examples) == \
+        ("alphabet-sort", "v1", "tiny", 2, 3)
+    assert (run.shuffle, run.shuffle_seed, run.base_url) == (True, 5, "http://h:8000/v1")
+    assert json.loads(run.sampling_args) == {"temperature": 0.7, "max_tokens": 64}
+    assert json.loads(run.env_args) == {"taskset": {"id": "alphabet-sort", "min_turns": 2},
+                                        "agent": {"harness": {"id": "null"}}}
+    # without --env.* flags the environment loads as vf-eval loads any (classic or v1, by --api)
+    (run,) = eval_runs(["reverse-text", "-m", "tiny", "--num-rollouts", "3"], build_parser())
+    assert (run.env_id, run.api, run.rollouts_per_example, run.env_args) == ("reverse-text", "auto", 3, "{}")
+    # beside a v1 config file the flags win over its keys
+    (run,) = runs(tmp_path, V1, "--model", "tiny", "--num-rollouts", "4", "--env.taskset.min-turns", "3", at=True)
+    assert run.rollouts_per_example == 4 and json.loads(run.env_args)["taskset"] == {"id": "alphabet-sort",
+                                                                                    "min_turns": 3}
+    for argv, line in ((["reverse-text", "-m", "t", "--dry-run"], "dry_run: not supported by vf-eval"),
+                       (["reverse-text", "-m", "t", "--select.skip", "2"], "select.skip: not supported by vf-eval"),
+                       (["reverse-text", "-m", "t", "--num-rollout", "2"], None)):
+        if line is None:  # not one of its flags: argparse's own error, as before
+            with pytest.raises(SystemExit):
+                eval_runs(argv, build_parser())
+            continue
+        with pytest.raises(EvalConfigError, match=f"^{line}$"):
+            eval_runs(argv, build_parser())
+
+
 def test_only_a_toml_in_the_environments_place_is_a_config():
     assert config_path(["reverse-text", "-m", "tiny"]) == (None, ["reverse-text", "-m", "tiny"])
     assert config_path(["-m", "tiny", "configs/eval/x.toml"]) == ("configs/eval/x.toml", ["-m", "tiny"])

@@ -350,6 +350,18 @@ def test_context_overflow_is_a_bad_request(engine):
         run(create(engine, messages=long, max_tokens=4))
 
 
+def test_presence_and_frequency_penalties_are_a_bad_request_not_ignored(engine):
+    """vLLM applies them; the local engine does not, so sampling without them would silently differ. Their neutral
+    value (which every request this package builds names) is fine."""
+    import openai
+
+    msgs = [{"role": "user", "content": "hi"}]
+    run(create(engine, messages=msgs, max_tokens=2, presence_penalty=0.0, extra_body={"frequency_penalty": 0.0}))
+    for kw in (dict(presence_penalty=0.5), dict(extra_body={"frequency_penalty": 1.0})):
+        with pytest.raises(openai.BadRequestError, match=r"_penalty=.*: the local engine does not apply it; leave it"):
+            run(create(engine, messages=msgs, max_tokens=2, **kw))
+
+
 # ---------------------------------------------------------------------------------- stop strings, tools
 
 

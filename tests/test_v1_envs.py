@@ -411,20 +411,27 @@ def test_vf_rl_trains_two_steps_on_a_v1_env_through_a_vllm_server(tiny_model_dir
     assert [r["step"] for r in trained] == [1, 2] and all(r["errors/rollouts"] == 0 for r in trained), trained
 
 
-def test_vf_eval_runs_a_v1_env_with_its_usual_flags(tiny_model_dir, tmp_path):
-    """vf-eval (vfrl-eval): the env id, -a (here: the v1 env config), --env-path; the API found by `auto`."""
+@pytest.mark.parametrize("style", ["vf-eval", "verifiers 0.4"])
+def test_vf_eval_runs_a_v1_env_with_its_usual_flags(tiny_model_dir, tmp_path, style):
+    """vf-eval (vfrl-eval): the env id, -a (here: the v1 env config), --env-path; the API found by `auto`. Or
+    verifiers 0.4's own command line for the same run: its config's keys as flags (--env.taskset.words ...)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    args = json.dumps({"taskset": {"words": ["cat", "lamp"]}})
+    flags = (["-n", "2", "-r", "2", "-t", "8", "-a", json.dumps({"taskset": {"words": ["cat", "lamp"]}})]
+             if style == "vf-eval" else
+             ["--select.n", "2", "--num-rollouts", "2", "--sampling.max-tokens", "8", "--env.taskset.words",
+              '["cat", "lamp"]'])
     # vfrl-eval: with verifiers 0.4 installed, the `vf-eval` file may be verifiers' own program (pyproject.toml)
     p = subprocess.run([*_cli("vfrl-eval", "verifiers_rl.cli.eval"), "v1_tiny_reverse", "--env-path", str(FIXTURES),
-                        "-m", str(tiny_model_dir), "-n", "2", "-r", "2", "-t", "8", "-a", args,
-                        "-o", str(tmp_path / "rollouts.jsonl")], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=600)
+                        "-m", str(tiny_model_dir), *flags, "-o", str(tmp_path / "rollouts.jsonl")], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
-    assert "exports a verifiers v1 Taskset" in _v1_line(out)  # auto: why the v1 API, in the same line
+    if style == "vf-eval":
+        assert "exports a verifiers v1 Taskset" in _v1_line(out)  # auto: why the v1 API, in the same line
     rows = [json.loads(l) for l in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r.get("error") in (None, "") for r in rows), rows[:1]
+    assert sorted(str(r["prompt"][-1]["content"]) for r in rows) == ["Spell backwards: cat"] * 2 + [
+        "Spell backwards: lamp"] * 2
 
 
 def test_an_endless_taskset_runs_from_both_commands_with_max_tasks(tiny_model_dir, tmp_path, monkeypatch, capsys):

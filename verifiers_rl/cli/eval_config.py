@@ -1,6 +1,7 @@
 """vf-eval's config files, in the two shapes verifiers' evaluators read (docs/evaluation.md): `prime eval run`'s
-(`[[eval]]` tables) and verifiers v1's `eval` format (`[env]`). Each evaluation becomes the namespace vf-eval's flags
-would give, a flag on the command line winning; a key vf-eval cannot honour is one line naming it."""
+(`[[eval]]` tables) and verifiers v1's `eval` format (`[env]`), and verifiers 0.4's flags for the latter's keys
+(`--num-rollouts 4 --sampling.temperature 0.7 --env.taskset.split test`). Each evaluation becomes the namespace
+vf-eval's flags would give, a flag on the command line winning; a key vf-eval cannot honour is one line naming it."""
 
 from __future__ import annotations
 
@@ -21,14 +22,17 @@ V1 = {"model": "model", "m": "model", "num_tasks": "num_examples", "num_examples
       "batch_size": "num_examples", "n": "num_examples", "num_rollouts": "rollouts_per_example",
       "rollouts_per_example": "rollouts_per_example", "group_size": "rollouts_per_example", "r": "rollouts_per_example",
       "max_concurrent": "max_concurrent", "c": "max_concurrent", "sampling": "sampling_args"}
-V1_SELECT = {"limit": "num_examples", "n": "num_examples"}
+V1_SELECT = {"limit": "num_examples", "n": "num_examples", "shuffle": "shuffle", "s": "shuffle", "seed": "shuffle_seed"}
+# verifiers 0.4's vf-eval flags that are keys of its config: dotted ones (--sampling.temperature) and these
+V1_FLAGS = ("num-rollouts", "num_rollouts", "dry-run", "dry_run", "clean", "resume", "push", "no-push")
+V1_SWITCHES = ("dry-run", "dry_run", "clean", "resume", "push")  # take no value
 CLIENT = {"base_url": "base_url", "api_key_var": "api_key_var"}
 # vf-eval's argument → the type a config file gives it (its flags' types; a table or its JSON string)
 ARG_TYPES: dict[str, Any] = {"num_examples": int, "rollouts_per_example": int, "max_tokens": int, "temperature": float,
                              "max_concurrent": int, "seed": int, "env_args": dict | str, "sampling_args": dict | str,
                              "env_id": str, "name": str, "model": str, "base_url": str, "api_key_var": str,
-                             "save_results": bool, "output_dir": str}
-IGNORED = ("shuffle", "verbose", "rich", "push", "run", "serve", "dry_run", "clean", "endpoints_path")
+                             "save_results": bool, "output_dir": str, "shuffle": bool, "shuffle_seed": int}
+IGNORED = ("shuffle", "verbose", "rich", "push", "run", "serve", "clean", "endpoints_path")
 
 
 class EvalConfigError(ValueError):
@@ -68,17 +72,73 @@ def _take(table: dict[str, Any], keys: dict[str, str], where: str) -> dict[str, 
     return out
 
 
+def _scalar(text: str) -> Any:
+    """A flag's value as verifiers' config parser reads it: a number, true/false, a JSON table or list, else text
+    ("null" too: the null harness's id)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return text if value is None else value
+
+
+def v1_flags(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """verifiers 0.4's vf-eval flags for its config's keys, as the table an `@ eval.toml` gives, and the rest of
+    `argv`: `--sampling.max-tokens 64` (or `=64`) is {"sampling": {"max_tokens": 64}}, `--no-push` {"push": false}."""
+    tree: dict[str, Any] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        name = flag[2:]
+        if not flag.startswith("--") or ("." not in name and name not in V1_FLAGS):
+            rest.append(argv[i])
+            i += 1
+            continue
+        if not eq:
+            takes = name not in V1_SWITCHES and not name.startswith("no-")
+            if takes and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value, i = argv[i + 1], i + 1
+            else:
+                value = "false" if name.startswith("no-") else "true"
+        *path, last = name.removeprefix("no-").replace("-", "_").split(".")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise EvalConfigError(f"--{name}: {'.'.join(path)} is given a value and keys")
+        node[last] = _scalar(value)
+        i += 1
+    return tree, rest
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _v1_entry(raw: dict[str, Any]) -> dict[str, Any]:
+    """verifiers v1's eval config (or its flags) as vf-eval's arguments; without an [env] block (flags beside an
+    environment id) the environment is loaded as vf-eval loads one."""
+    rest = {k: v for k, v in raw.items() if k not in ("env", "client", "select")}
+    entry = {**_take(rest, V1, ""), **_take(raw.get("select") or {}, V1_SELECT, "select."),
+             **_take(raw.get("client") or {}, CLIENT, "client.")}
+    if "env" not in raw:
+        return entry
+    env = dict(raw["env"])
+    taskset = env.get("taskset") or {}
+    env_id = env.get("id") or taskset.get("id")
+    if not env_id:
+        raise EvalConfigError("env.taskset.id: required (the taskset to evaluate)")
+    return {**entry, "env_id": env_id, "env_args": env, "api": "v1"}
+
+
 def _entries(raw: dict[str, Any]) -> list[dict[str, Any]]:
     """One dict of vf-eval arguments per evaluation the file asks for."""
-    if "env" in raw and "eval" not in raw:  # verifiers v1's eval config
-        env = dict(raw["env"])
-        taskset = env.get("taskset") or {}
-        env_id = env.get("id") or taskset.get("id")
-        if not env_id:
-            raise EvalConfigError("env.taskset.id: required (the taskset to evaluate)")
-        rest = {k: v for k, v in raw.items() if k not in ("env", "client", "select")}
-        return [{**_take(rest, V1, ""), **_take(raw.get("select") or {}, V1_SELECT, "select."),
-                 **_take(raw.get("client") or {}, CLIENT, "client."), "env_id": env_id, "env_args": env, "api": "v1"}]
+    if "eval" not in raw and ("env" in raw or raw.get("_flags")):  # verifiers v1's eval config, or its flags
+        return [_v1_entry({k: v for k, v in raw.items() if k != "_flags"})]
     evals = raw.get("eval")
     if not isinstance(evals, list) or not evals:
         raise EvalConfigError("eval: no [[eval]] table (one per environment: id = \"...\"), and no v1 [env] block")
@@ -95,13 +155,24 @@ def _entries(raw: dict[str, Any]) -> list[dict[str, Any]]:
 def eval_runs(argv: list[str], parser: argparse.ArgumentParser) -> list[argparse.Namespace]:
     """vf-eval's arguments, one namespace per evaluation (one without a config file)."""
     path, rest = config_path(argv)
-    if path is None:
+    flags, rest = v1_flags(rest)
+    if path is None and not flags:
         return [parser.parse_args(argv)]
+    raw: dict[str, Any] = {}
     try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
+        if path is not None:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise EvalConfigError(f"{path}: {e}") from None
+    if flags:
+        if "eval" in raw:
+            raise EvalConfigError(f"{path}: an [[eval]] file, with verifiers v1's flags (--num-rollouts, --sampling.*, "
+                                  "--env.*), which go with a v1 config or an environment id; give vf-eval's flags")
+        raw = _merge(raw, {**flags, "_flags": True})
+        env_id = parser.parse_args(rest).env_id
+        if env_id and "env" in raw and not (raw["env"].get("id") or (raw["env"].get("taskset") or {}).get("id")):
+            raw["env"] = _merge(raw["env"], {"taskset": {"id": env_id}})  # verifiers: a bare id is the taskset's
     defaults = vars(parser.parse_args([]))
     given = {k: v for k, v in vars(parser.parse_args(rest)).items() if v != defaults[k]}
     runs = []

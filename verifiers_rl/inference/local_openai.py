@@ -221,6 +221,10 @@ def make_request(engine: Any, *, messages, tools=None, n: int | None = 1, temper
             return other[name]
         return default
 
+    for name in ("presence_penalty", "frequency_penalty"):  # vLLM applies them; silently sampling without is wrong
+        if float(opt(name, 0.0) or 0.0) != 0.0:
+            raise bad_request(f"{name}={opt(name)}: the local engine does not apply it; leave it at 0, or serve the "
+                              "model with vLLM (inference_backend = 'vllm'; vf-eval -b URL)")
     n = 1 if n is None else int(n)
     if n < 1:
         raise bad_request(f"n must be >= 1, got {n}")
