@@ -55,6 +55,22 @@ def test_epochs_size_the_run_over_the_prompts_each_rollouts_per_example_times(ti
         rl_config_from(args, object())
 
 
+def test_trls_eval_cadence_is_eval_steps_over_its_whole_eval_dataset(tiny_model_dir, tmp_path):
+    from verifiers_rl.envs.trl_compat import trl_environment
+
+    env = trl_environment(PROMPTS, lengths)  # 8 prompts x 4 rollouts = 4 steps of 8 an epoch
+    rl = rl_config_from(grpo(tmp_path, eval_strategy="epoch", max_steps=-1, num_train_epochs=2), env)
+    assert (rl.max_steps, rl.eval_steps, rl.eval_num_examples, rl.eval_rollouts_per_example) == (8, 4, -1, 4)
+    assert rl_config_from(grpo(tmp_path, eval_strategy="steps", logging_steps=3), env).eval_steps == 3  # HF's rule
+    assert rl_config_from(grpo(tmp_path, eval_strategy="no"), env).eval_steps is None
+    held_out = [{"prompt": [{"role": "user", "content": f"held out {i}"}]} for i in range(3)]
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=lengths, train_dataset=PROMPTS, eval_dataset=held_out,
+                           args=grpo(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1,
+                                     num_generations_eval=2))
+    trainer.train()
+    assert trainer.state.log_history and trainer.last_eval["val/eval/num_rollouts"] == 3 * 2  # all of it, 2 each
+
+
 @pytest.mark.parametrize("kw, key, says", [
     (dict(top_entropy_quantile=0.2), "top_entropy_quantile", "args: GRPOConfig's top_entropy_quantile=0.2 has no "
                                                              "counterpart here; what sets it: nothing"),

@@ -30,7 +30,7 @@ READ = {*RENAMED, *SAME_NAME, *VLLM_SERVER, *LOSS_KEYS, *VLLM_CORRECTION, "loss_
         "generation_batch_size", "steps_per_generation"}
 # TrainingArguments fields set here from others (the batch), or by RLTrainer itself
 MANAGED = {"per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
-           "output_dir"}
+           "output_dir", "eval_strategy", "eval_steps"}
 
 
 def is_trl_args(args: Any) -> bool:
@@ -104,8 +104,7 @@ def _grpo_fields(args: Any) -> dict[str, Any]:
     kw.update({k: getattr(args, k) for k in SAME_NAME}, **_loss_and_advantage(args))
     kw["top_k"] = args.top_k or None  # TRL's 0 is off
     kw["min_p"] = args.min_p or 0.0
-    if args.num_generations_eval is not None:
-        kw["eval_rollouts_per_example"] = args.num_generations_eval
+    kw["eval_rollouts_per_example"] = args.num_generations_eval or args.num_generations
     if args.log_completions:
         kw["sample_log_interval"] = 1
     if args.use_vllm:
@@ -116,18 +115,33 @@ def _grpo_fields(args: Any) -> dict[str, Any]:
     return kw
 
 
-def _max_steps(args: Any, env: Any, batch_size: int, group: int) -> int:
-    """TRL's max_steps, or its num_train_epochs passes over the environment's prompts, each `group` times."""
-    if args.max_steps > 0:
-        return args.max_steps
+def _steps(args: Any, env: Any, batch_size: int, group: int) -> tuple[int, int | None]:
+    """(TRL's max_steps, or its num_train_epochs passes over the environment's prompts, each `group` times; the
+    steps of one such pass, None for a dataset without a length)."""
     try:
         prompts = len(env.get_dataset())
     except Exception:  # noqa: BLE001 - an environment without a sized dataset
         prompts = 0
-    if not prompts:
+    epoch = max(1, math.ceil(prompts * group / batch_size)) if prompts else None
+    if args.max_steps > 0:
+        return args.max_steps, epoch
+    if epoch is None:
         raise SettingError("max_steps", f"args sizes the run by num_train_epochs={args.num_train_epochs} and the "
                                         "environment's dataset has no length here; set max_steps")
-    return max(1, math.ceil(args.num_train_epochs * prompts * group / batch_size))
+    return max(1, math.ceil(args.num_train_epochs * epoch)), epoch
+
+
+def _eval_fields(args: Any, max_steps: int, epoch: int | None) -> dict[str, Any]:
+    """TRL's evaluation cadence (eval_strategy steps / epoch) as eval_steps, over its whole eval dataset."""
+    strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+    if strategy == "no":
+        return {}
+    every = (args.eval_steps or args.logging_steps) if strategy == "steps" else epoch
+    if every is None:
+        raise SettingError("eval_strategy", "args evaluates every epoch and the environment's dataset has no length "
+                                            "here; set eval_strategy='steps' and eval_steps")
+    every = math.ceil(every * max_steps) if every < 1 else int(every)  # transformers: < 1 is a share of the run
+    return {"eval_steps": max(1, every), "eval_num_examples": -1}
 
 
 def rl_config_from(args: Any, env: Any, lora: bool = False) -> Any:
@@ -140,7 +154,8 @@ def rl_config_from(args: Any, env: Any, lora: bool = False) -> Any:
     kw["use_lora"] = lora
     kw["micro_batch_size"] = args.per_device_train_batch_size
     kw["batch_size"] = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-    kw["max_steps"] = _max_steps(args, env, kw["batch_size"], group)
+    kw["max_steps"], epoch = _steps(args, env, kw["batch_size"], group)
+    kw.update(_eval_fields(args, kw["max_steps"], epoch))
     config = RLConfig(output_dir=args.output_dir, **kw)
     shown = ", ".join(f"{k}={kw[k]!r}" for k in ("batch_size", "micro_batch_size", "max_steps", "rollouts_per_example",
                                                    "max_tokens", "learning_rate", "use_lora", "bf16", "loss",
