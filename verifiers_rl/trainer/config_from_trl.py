@@ -160,6 +160,7 @@ def rl_config_from(args: Any, env: Any, lora: bool = False) -> Any:
     shown = ", ".join(f"{k}={kw[k]!r}" for k in ("batch_size", "micro_batch_size", "max_steps", "rollouts_per_example",
                                                    "max_tokens", "learning_rate", "use_lora", "bf16", "loss",
                                                    "advantage") if k in kw)
-    print(f"note: args is {type(args).__name__}, read as RLConfig({shown}, ...): RLTrainer.args is the RLConfig",
-          flush=True)
+    if config.process_index == 0:
+        print(f"note: args is {type(args).__name__}, read as RLConfig({shown}, ...): RLTrainer.args is the RLConfig",
+              flush=True)
     return config
