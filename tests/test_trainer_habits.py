@@ -14,7 +14,7 @@ from test_trainer import make_config, make_env
 
 @pytest.mark.parametrize("key, says", [
     ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset (reward_weights, "
-                      "tools and eval_dataset too) in its place; give one or the other"),
+                      "tools, reward_processing_classes and eval_dataset too) in its place; give one or the other"),
     ("eval_dataset", "RLTrainer does not take eval_dataset: eval runs on eval_envs"),
     ("reward_funcs", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset"),
     ("tokenizer", "RLTrainer does not take tokenizer: pass it as processing_class"),
@@ -300,8 +300,11 @@ def test_trls_reward_funcs_and_train_dataset_train_as_grpotrainer_takes_them(tin
 
 
 @pytest.mark.parametrize("kwargs, line", [
-    (dict(reward_funcs="some/reward-model"), "reward_funcs: 'some/reward-model' is not a function; a reward model by "
-                                             "name is not taken here"),
+    (dict(reward_funcs="some/reward-model"), "reward_funcs: 'some/reward-model' could not be loaded as a reward model "
+                                             "("),
+    (dict(reward_funcs=[len, 3]), "reward_funcs: 3 is not a function, a reward model or its id"),
+    (dict(reward_funcs=[len, len], reward_processing_classes=[None]), "reward_processing_classes: 1 for 2 reward "
+                                                                      "functions"),
     (dict(reward_funcs=len, train_dataset=[{"question": "q"}]), "train_dataset needs a 'prompt' column, as TRL's; "
                                                                 "it has ['question']"),
     (dict(reward_funcs=[len, len], reward_weights=[1.0]), "reward_weights: 1 weights for 2 reward functions"),
@@ -335,7 +338,7 @@ def test_trls_tools_make_a_tool_environment_and_its_other_arguments_are_one_line
     trainer.train()
     assert seen and all(isinstance(c, list) for c in seen)  # every message after the prompt (none: an empty reply)
     assert any(c and c[0]["role"] == "assistant" for c in seen)
-    for key in ("reward_processing_classes", "quantization_config", "rollout_func", "environment_factory"):
+    for key in ("quantization_config", "rollout_func", "environment_factory"):
         with pytest.raises(TypeError, match=f"^RLTrainer does not take {key}: "):
             vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), **{key: object()})
 

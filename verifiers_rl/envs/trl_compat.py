@@ -11,6 +11,7 @@ import inspect
 from collections import defaultdict
 from typing import Any, Callable
 
+from verifiers_rl.envs.trl_reward_models import RewardModel, reward_funcs_of
 from verifiers_rl.rubrics.rubric import Rubric, func_name
 
 ORIGINAL = "trl_prompt"  # a string prompt as the dataset gave it (the rollout's is a user message)
@@ -43,9 +44,25 @@ def _completions(states: list[dict[str, Any]], conversational: bool, turns: bool
     return [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
 
 
-def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: bool, trainer: dict) -> Callable:
-    """`func` (TRL's signature) as a group reward function of this package's rubric (takes `states`); its
-    `trainer_state` is the trainer's (`trainer["ref"]`, set by RLTrainer) at the call."""
+def _model_reward_fn(rm: RewardModel, conversational: bool, turns: bool, trainer: dict) -> Callable:
+    """A reward model as a group reward function: TRL's scoring, on the trainer's device."""
+
+    async def reward(states: list[dict[str, Any]]) -> list[float]:
+        rows = [s.get("input") or {} for s in states]
+        args = getattr(trainer["ref"](), "args", None)
+        return rm.score([row.get(ORIGINAL, row.get("prompt")) for row in rows],
+                        _completions(states, conversational, turns), getattr(args, "device", None),
+                        getattr(args, "chat_template_kwargs", None))
+
+    reward.__name__ = rm.name
+    return reward
+
+
+def _reward_fn(func: Any, columns: list[str], conversational: bool, turns: bool, trainer: dict) -> Callable:
+    """`func` (TRL's signature, or a RewardModel) as a group reward function of this package's rubric (takes
+    `states`); its `trainer_state` is the trainer's (`trainer["ref"]`, set by RLTrainer) at the call."""
+    if isinstance(func, RewardModel):
+        return _model_reward_fn(func, conversational, turns, trainer)
 
     async def reward(states: list[dict[str, Any]]) -> list[float]:
         metrics: dict[str, list[float]] = defaultdict(list)
@@ -71,22 +88,19 @@ def _reward_fn(func: Callable, columns: list[str], conversational: bool, turns: 
 
 
 def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[float] | None = None,
-                    tools: list[Callable] | None = None, trainer: dict | None = None, eval_only: bool = False) -> Any:
+                    tools: list[Callable] | None = None, reward_processing_classes: Any = None,
+                    trainer: dict | None = None, eval_only: bool = False) -> Any:
     """A SingleTurnEnv (a ToolEnv with TRL's `tools`: plain functions with docstrings, as both take them) training
     on `train_dataset` (a `datasets.Dataset` or a list of rows with a `prompt` column: a string, sent as one user
-    message through the chat template, or a list of chat messages) and scored by TRL's `reward_funcs` (a callable or
-    a list of them). ValueError (one line) for what it cannot take. `eval_only`: the rows are its eval dataset
+    message through the chat template, or a list of chat messages) and scored by TRL's `reward_funcs` (a function, a
+    reward model or its id, or a list of them: trl_reward_models.py). ValueError (one line) for what it cannot take. `eval_only`: the rows are its eval dataset
     (TRL's eval_dataset); `trainer`: the training env's `trl_trainer`, shared."""
     from datasets import Dataset
 
     import verifiers_rl as vf
     from verifiers_rl.envs.dataset_format import quiet_map
 
-    funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-    for f in funcs:
-        if not callable(f):
-            raise ValueError(f"reward_funcs: {f!r} is not a function; a reward model by name is not taken here: "
-                             "score with a function (or a vf.JudgeRubric environment)")
+    funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
     if reward_weights is not None and len(reward_weights) != len(funcs):
         raise ValueError(f"reward_weights: {len(reward_weights)} weights for {len(funcs)} reward functions")
     data = Dataset.from_list(list(train_dataset)) if isinstance(train_dataset, (list, tuple)) else train_dataset

@@ -15,7 +15,6 @@ _NOT_HERE = {
     "eval_dataset": "eval runs on eval_envs (RLTrainer(..., eval_envs=[...]), run_eval())",
     "compute_metrics": "eval metrics come from the eval envs' rubrics (run_eval())",
     "tokenizer": "pass it as processing_class",
-    "reward_processing_classes": "a reward model by name is not taken: score with a function in reward_funcs",
     "quantization_config": "load the model with it yourself and pass the model",
     "rollout_func": "a rollout of your own is a verifiers environment (vf.MultiTurnEnv: docs/environments.md)",
     "environment_factory": "a rollout of your own is a verifiers environment (vf.MultiTurnEnv: docs/environments.md)",
@@ -26,7 +25,7 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
     `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
     in one line."""
-    names = ["reward_funcs", "train_dataset", "reward_weights", "tools"]
+    names = ["reward_funcs", "train_dataset", "reward_weights", "tools", "reward_processing_classes"]
     if "reward_funcs" in kwargs:  # TRL's eval_dataset: scored by its reward_funcs too
         names.append("eval_dataset")
     trl = {k: kwargs.pop(k) for k in names if k in kwargs}
@@ -35,10 +34,13 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     if env is None or trl:
         if env is not None or not {"reward_funcs", "train_dataset"} <= trl.keys():
             raise TypeError("RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset "
-                            "(reward_weights, tools and eval_dataset too) in its place; give one or the other")
+                            "(reward_weights, tools, reward_processing_classes and eval_dataset too) in its place; "
+                            "give one or the other")
         from verifiers_rl.envs.trl_compat import trl_environment
+        from verifiers_rl.envs.trl_reward_models import reward_funcs_of
 
-        scoring = (trl["reward_funcs"], trl.get("reward_weights"), trl.get("tools"))
+        funcs = reward_funcs_of(trl["reward_funcs"], trl.get("reward_processing_classes"))  # models load once
+        scoring = (funcs, trl.get("reward_weights"), trl.get("tools"))
         env = trl_environment(trl["train_dataset"], *scoring)
         if trl.get("eval_dataset") is not None:  # eval_envs' default: {"eval": it} (RLTrainer)
             env.trl_eval_env = trl_environment(trl["eval_dataset"], *scoring, trainer=env.trl_trainer, eval_only=True)
