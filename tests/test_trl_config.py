@@ -44,6 +44,14 @@ def test_a_grpoconfig_trains_with_the_settings_it_means(tiny_model_dir, tmp_path
         assert s["reward"] == pytest.approx(0.5 * len(text) / 10)
 
 
+def test_without_args_the_trl_way_in_takes_grpotrainers_default_config(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=lengths, train_dataset=PROMPTS)
+    rl = trainer.args  # GRPOConfig("<model>-GRPO"): 8 rollouts of 8 prompts' worth, 3 epochs, lr 1e-6
+    assert (rl.rollouts_per_example, rl.batch_size, rl.max_steps, rl.learning_rate) == (8, 8, 24, 1e-6)
+    assert rl.output_dir == f"{tiny_model_dir.name}-GRPO" and rl.loss["type"] == "dapo"
+
+
 def test_epochs_size_the_run_over_the_prompts_each_rollouts_per_example_times(tiny_model_dir, tmp_path):
     from verifiers_rl.envs.trl_compat import trl_environment
 

@@ -33,6 +33,19 @@ MANAGED = {"per_device_train_batch_size", "gradient_accumulation_steps", "num_tr
            "output_dir", "eval_strategy", "eval_steps"}
 
 
+def trl_default_args(model: Any) -> Any:
+    """The args GRPOTrainer makes when given none, `GRPOConfig("<model name>-GRPO")`; without CUDA (where that
+    config refuses to start: bf16 needs a GPU) on the CPU in fp32."""
+    import torch
+    from trl import GRPOConfig
+
+    name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "model")
+    cpu = {} if torch.cuda.is_available() else {"use_cpu": True, "bf16": False}
+    with warnings.catch_warnings():  # TRL's own defaults' deprecation notes, not the user's doing
+        warnings.simplefilter("ignore")
+        return GRPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-GRPO", **cpu)
+
+
 def is_trl_args(args: Any) -> bool:
     """TRL's GRPOConfig or a subclass of it (without importing TRL)."""
     return any(c.__name__ == "GRPOConfig" for c in type(args).__mro__)

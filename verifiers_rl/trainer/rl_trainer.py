@@ -26,7 +26,7 @@ from verifiers_rl.trainer.optimizers import ExtraOptimizers
 from verifiers_rl.trainer.run_settings import check_wandb_reachable, export_wandb_env
 from verifiers_rl.trainer.sharding import check_resume_layout
 from verifiers_rl.trainer.step import StepRunner, merge_pending, print_samples
-from verifiers_rl.trainer.config_from_trl import is_trl_args, rl_config_from
+from verifiers_rl.trainer.config_from_trl import is_trl_args, rl_config_from, trl_default_args
 from verifiers_rl.trainer.trl_names import TRL_NAMES
 
 
@@ -46,6 +46,8 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
     def __init__(self, model: Any, env: Any = None, args: RLConfig | None = None, processing_class: Any = None,
                  peft_config: Any = None, callbacks: list | None = None, eval_envs: Any = None,
                  vllm_server: Any = None, plan: Any = None, **kwargs: Any):
+        if args is None and "reward_funcs" in kwargs:  # TRL's way in, TRL's defaults
+            args = trl_default_args(model)
         args = args or RLConfig()
         if not isinstance(args, RLConfig) and not is_trl_args(args):
             raise TypeError(f"args must be an RLConfig (or TRL's GRPOConfig), not {type(args).__name__}; "
