@@ -190,8 +190,8 @@ def test_push_to_hub_without_the_hub_is_one_line_before_launch(tiny_model_dir, t
         rl_cli.main(["@", str(cfg), "--trainer.args.push-to-hub", "true", "--output-dir", str(tmp_path / "o")])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert e.value.code == 1 and not (tmp_path / "o").exists()
-    assert err == [f"error: trainer.args.push_to_hub=True, but the model hub {hub} (connection refused) cannot be "
-                   "reached; set push_to_hub=False and upload the output dir later (`hf upload`), or train where the "
+    assert err == [f"error: trainer.args.push_to_hub=True, but the model hub {hub} cannot be reached (connection "
+                   "refused); set push_to_hub=False and upload the output dir later (`hf upload`), or train where the "
                    "hub can be reached"]
 
 

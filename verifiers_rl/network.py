@@ -152,8 +152,9 @@ def wandb_unreachable(env: dict[str, str] | None = None, timeout: float = PROBE_
 
 def hub_state() -> str:
     why = os.environ.get(UNREACHABLE_ENV)
-    if why:
-        return f"the model hub {why} cannot be reached"
+    if why:  # "URL (reason)"
+        url, _, reason = why.partition(" (")
+        return f"the model hub {url} cannot be reached" + (f" ({reason}" if reason else "")
     if hub_offline():
         return "HF_HUB_OFFLINE=1 is set"
     return f"the model hub {hub_url()} cannot be reached"
