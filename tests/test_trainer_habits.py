@@ -14,7 +14,8 @@ from test_trainer import make_config, make_env
 
 @pytest.mark.parametrize("key, says", [
     ("train_dataset", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset (reward_weights, "
-                      "tools, reward_processing_classes and eval_dataset too) in its place; give one or the other"),
+                      "tools, reward_processing_classes, environment_factory and eval_dataset too) in its place; "
+                      "give one or the other"),
     ("eval_dataset", "RLTrainer does not take eval_dataset: eval runs on eval_envs"),
     ("reward_funcs", "RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset"),
     ("tokenizer", "RLTrainer does not take tokenizer: pass it as processing_class"),
@@ -338,7 +339,7 @@ def test_trls_tools_make_a_tool_environment_and_its_other_arguments_are_one_line
     trainer.train()
     assert seen and all(isinstance(c, list) for c in seen)  # every message after the prompt (none: an empty reply)
     assert any(c and c[0]["role"] == "assistant" for c in seen)
-    for key in ("quantization_config", "rollout_func", "environment_factory"):
+    for key in ("quantization_config", "rollout_func"):
         with pytest.raises(TypeError, match=f"^RLTrainer does not take {key}: "):
             vf.RLTrainer(str(tiny_model_dir), make_env(), make_config(tmp_path), **{key: object()})
 

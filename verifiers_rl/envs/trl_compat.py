@@ -11,6 +11,7 @@ import inspect
 from collections import defaultdict
 from typing import Any, Callable
 
+from verifiers_rl.envs.trl_environments import KEY, SYNTHETIC_ROWS, FactoryToolEnv, InstancePool
 from verifiers_rl.envs.trl_reward_models import RewardModel, reward_funcs_of
 from verifiers_rl.rubrics.rubric import Rubric, func_name
 
@@ -26,12 +27,16 @@ def logged_columns(states: list[dict[str, Any]]) -> list[str]:
 
 class _LoggingRubric(Rubric):
     """A Rubric whose rollouts' metrics also hold what the reward functions gave `log_metric` (a reward function's
-    own score keeps its name)."""
+    own score keeps its name); a scored rollout's environment instance goes back to its pool."""
+
+    pool: InstancePool | None = None
 
     async def score_group(self, states: list[Any]) -> None:
         await super().score_group(states)
         for s in states:
             s["metrics"] = {**s.pop(LOGGED_METRICS, {}), **(s.get("metrics") or {})}
+            if self.pool is not None:
+                self.pool.release(s.get(KEY))
 
 
 def _completions(states: list[dict[str, Any]], conversational: bool, turns: bool) -> list[Any]:
@@ -58,9 +63,11 @@ def _model_reward_fn(rm: RewardModel, conversational: bool, turns: bool, trainer
     return reward
 
 
-def _reward_fn(func: Any, columns: list[str], conversational: bool, turns: bool, trainer: dict) -> Callable:
+def _reward_fn(func: Any, columns: list[str], conversational: bool, turns: bool, trainer: dict,
+               pool: InstancePool | None = None) -> Callable:
     """`func` (TRL's signature, or a RewardModel) as a group reward function of this package's rubric (takes
-    `states`); its `trainer_state` is the trainer's (`trainer["ref"]`, set by RLTrainer) at the call."""
+    `states`); its `trainer_state` is the trainer's (`trainer["ref"]`, set by RLTrainer) at the call, its
+    `environments` the rollouts' instances of TRL's environment_factory."""
     if isinstance(func, RewardModel):
         return _model_reward_fn(func, conversational, turns, trainer)
 
@@ -69,6 +76,9 @@ def _reward_fn(func: Any, columns: list[str], conversational: bool, turns: bool,
         columns_: dict[str, list[Any]] = defaultdict(list)
         rows = [s.get("input") or {} for s in states]
         kwargs = {c: [row.get(c) for row in rows] for c in columns}
+        if pool is not None:  # and their prompts as reset() left them
+            kwargs.update(environments=[pool.get(s.get(KEY)) for s in states])
+            rows = [{**row, "prompt": s.get("prompt")} for row, s in zip(rows, states)]
         ids = [[t for step in s.get("trajectory") or [] for t in (step.get("tokens") or {}).get("completion_ids") or []]
                for s in states]
         out = func(prompts=[row.get(ORIGINAL, row.get("prompt")) for row in rows],
@@ -89,20 +99,54 @@ def _reward_fn(func: Any, columns: list[str], conversational: bool, turns: bool,
 
 def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[float] | None = None,
                     tools: list[Callable] | None = None, reward_processing_classes: Any = None,
-                    trainer: dict | None = None, eval_only: bool = False) -> Any:
+                    pool: InstancePool | None = None, trainer: dict | None = None, eval_only: bool = False) -> Any:
     """A SingleTurnEnv (a ToolEnv with TRL's `tools`: plain functions with docstrings, as both take them) training
     on `train_dataset` (a `datasets.Dataset` or a list of rows with a `prompt` column: a string, sent as one user
     message through the chat template, or a list of chat messages) and scored by TRL's `reward_funcs` (a function, a
-    reward model or its id, or a list of them: trl_reward_models.py). ValueError (one line) for what it cannot take. `eval_only`: the rows are its eval dataset
-    (TRL's eval_dataset); `trainer`: the training env's `trl_trainer`, shared."""
-    from datasets import Dataset
-
+    reward model or its id, or a list of them: trl_reward_models.py). `pool`: TRL's environment_factory's instances
+    (trl_environments.py; then train_dataset may be None). ValueError (one line) for what it cannot take.
+    `eval_only`: the rows are its eval dataset (TRL's eval_dataset); `trainer`: the training env's `trl_trainer`."""
     import verifiers_rl as vf
-    from verifiers_rl.envs.dataset_format import quiet_map
 
-    funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
+    funcs = reward_funcs_of(reward_funcs, reward_processing_classes) if reward_funcs is not None else []
     if reward_weights is not None and len(reward_weights) != len(funcs):
         raise ValueError(f"reward_weights: {len(reward_weights)} weights for {len(funcs)} reward functions")
+    if not funcs and not (pool is not None and pool.rewarded):
+        raise ValueError("reward_funcs: none given, and no environment_factory whose environment has get_reward "
+                         "(TRL: one reward source at least)")
+    data, columns, conversational = _dataset(train_dataset, pool is not None)
+    trainer = trainer if trainer is not None else {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
+    turns = bool(tools) or pool is not None
+    scorers = [_reward_fn(f, columns, conversational, turns, trainer, pool) for f in funcs]
+    weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
+    if pool is not None and pool.rewarded:  # the environment's own reward, weight 1 (TRL's)
+        scorers, weights = scorers + [pool.reward_fn()], weights + [1.0]
+    rubric = _LoggingRubric(funcs=scorers, weights=weights)
+    rubric.pool = pool
+    rows = {"eval_dataset" if eval_only else "dataset": data}
+    if pool is not None:
+        def reset_row(row: dict[str, Any]) -> dict[str, Any]:
+            return {"prompt": row.get(ORIGINAL, row.get("prompt")), **{c: row.get(c) for c in columns}}
+
+        env = FactoryToolEnv(pool, reset_row, list(tools or []), **rows, rubric=rubric)
+    elif tools:
+        env = vf.ToolEnv(**rows, tools=list(tools), rubric=rubric)
+    else:
+        env = vf.SingleTurnEnv(**rows, rubric=rubric)
+    env.trl_string_prompts = not conversational  # RLTrainer says so: TRL would send the raw text
+    env.trl_trainer = trainer
+    env.trl_placeholder = train_dataset is None  # the environment writes the prompts: max_steps sizes the run
+    return env
+
+
+def _dataset(train_dataset: Any, placeholder_ok: bool) -> tuple[Any, list[str], bool]:
+    """(the rows as a Dataset with chat prompts, TRL's other columns, whether TRL's prompts were chat messages)."""
+    from datasets import Dataset
+
+    from verifiers_rl.envs.dataset_format import quiet_map
+
+    if train_dataset is None and placeholder_ok:  # TRL's placeholder rows: reset() writes each prompt
+        train_dataset = [{"prompt": [{"role": "user", "content": ""}]}] * SYNTHETIC_ROWS
     data = Dataset.from_list(list(train_dataset)) if isinstance(train_dataset, (list, tuple)) else train_dataset
     if not hasattr(data, "column_names") or "prompt" not in data.column_names:
         raise ValueError(f"train_dataset needs a 'prompt' column, as TRL's; it has "
@@ -112,11 +156,4 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
     if not conversational:  # the reward functions still get the strings
         data = quiet_map(data, lambda rows: {ORIGINAL: rows["prompt"],
                                              "prompt": [[{"role": "user", "content": p}] for p in rows["prompt"]]})
-    trainer = trainer if trainer is not None else {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
-    rubric = _LoggingRubric(funcs=[_reward_fn(f, columns, conversational, bool(tools), trainer) for f in funcs],
-                       weights=list(reward_weights) if reward_weights is not None else None)
-    rows = {"eval_dataset" if eval_only else "dataset": data}
-    env = vf.ToolEnv(**rows, tools=list(tools), rubric=rubric) if tools else vf.SingleTurnEnv(**rows, rubric=rubric)
-    env.trl_string_prompts = not conversational  # RLTrainer says so: TRL would send the raw text
-    env.trl_trainer = trainer
-    return env
+    return data, columns, conversational

@@ -135,12 +135,15 @@ def _steps(args: Any, env: Any, batch_size: int, group: int) -> tuple[int, int |
         prompts = len(env.get_dataset())
     except Exception:  # noqa: BLE001 - an environment without a sized dataset
         prompts = 0
+    if getattr(env, "trl_placeholder", False):  # TRL's rule: the environment writes the prompts
+        prompts = 0
     epoch = max(1, math.ceil(prompts * group / batch_size)) if prompts else None
     if args.max_steps > 0:
         return args.max_steps, epoch
     if epoch is None:
-        raise SettingError("max_steps", f"args sizes the run by num_train_epochs={args.num_train_epochs} and the "
-                                        "environment's dataset has no length here; set max_steps")
+        raise SettingError("max_steps", f"args sizes the run by num_train_epochs={args.num_train_epochs}, and the "
+                                        "environment's dataset has no length here (or there is no train_dataset: "
+                                        "the environment writes the prompts); set max_steps")
     return max(1, math.ceil(args.num_train_epochs * epoch)), epoch
 
 

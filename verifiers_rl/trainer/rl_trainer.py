@@ -46,14 +46,14 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
     def __init__(self, model: Any, env: Any = None, args: RLConfig | None = None, processing_class: Any = None,
                  peft_config: Any = None, callbacks: list | None = None, eval_envs: Any = None,
                  vllm_server: Any = None, plan: Any = None, **kwargs: Any):
-        if args is None and "reward_funcs" in kwargs:  # TRL's way in, TRL's defaults
+        if args is None and setup.TRL_WAY.intersection(kwargs):  # TRL's way in, TRL's defaults
             args = trl_default_args(model)
         args = args or RLConfig()
         if not isinstance(args, RLConfig) and not is_trl_args(args):
             raise TypeError(f"args must be an RLConfig (or TRL's GRPOConfig), not {type(args).__name__}; "
                             "vf.RLConfig takes TrainingArguments' fields too")
         trl_weights = getattr(args, "reward_weights", None)  # GRPOConfig's, for TRL's reward_funcs
-        if trl_weights is not None and "reward_funcs" in kwargs:
+        if trl_weights is not None and setup.TRL_WAY.intersection(kwargs):
             kwargs.setdefault("reward_weights", trl_weights)
         elif trl_weights is not None:
             raise SettingError("reward_weights", f"args: GRPOConfig's reward_weights: {TRL_NAMES['reward_weights']}")

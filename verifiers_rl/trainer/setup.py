@@ -11,13 +11,13 @@ from verifiers_rl.trainer import distributed, judges
 
 # transformers.Trainer / TRL arguments that have no meaning here → what does it (one line each, not a TypeError
 # from deep inside transformers or an argument taken and never used)
+TRL_WAY = {"reward_funcs", "environment_factory"}  # either starts TRL's way in (RLTrainer without env)
 _NOT_HERE = {
     "eval_dataset": "eval runs on eval_envs (RLTrainer(..., eval_envs=[...]), run_eval())",
     "compute_metrics": "eval metrics come from the eval envs' rubrics (run_eval())",
     "tokenizer": "pass it as processing_class",
     "quantization_config": "load the model with it yourself and pass the model",
     "rollout_func": "a rollout of your own is a verifiers environment (vf.MultiTurnEnv: docs/environments.md)",
-    "environment_factory": "a rollout of your own is a verifiers environment (vf.MultiTurnEnv: docs/environments.md)",
 }
 
 
@@ -25,23 +25,28 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
     `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
     in one line."""
-    names = ["reward_funcs", "train_dataset", "reward_weights", "tools", "reward_processing_classes"]
-    if "reward_funcs" in kwargs:  # TRL's eval_dataset: scored by its reward_funcs too
+    names = ["reward_funcs", "train_dataset", "reward_weights", "tools", "reward_processing_classes",
+             "environment_factory"]
+    if TRL_WAY.intersection(kwargs):  # TRL's eval_dataset: scored by its reward_funcs too
         names.append("eval_dataset")
     trl = {k: kwargs.pop(k) for k in names if k in kwargs}
     for key in kwargs.keys() & _NOT_HERE.keys():
         raise TypeError(f"RLTrainer does not take {key}: {_NOT_HERE[key]}")
     if env is None or trl:
-        if env is not None or not {"reward_funcs", "train_dataset"} <= trl.keys():
+        factory = trl.get("environment_factory")
+        if env is not None or not ({"reward_funcs", "train_dataset"} <= trl.keys() or factory is not None):
             raise TypeError("RLTrainer takes an environment (env), or TRL's reward_funcs and train_dataset "
-                            "(reward_weights, tools, reward_processing_classes and eval_dataset too) in its place; "
-                            "give one or the other")
+                            "(reward_weights, tools, reward_processing_classes, environment_factory and eval_dataset "
+                            "too) in its place; give one or the other")
         from verifiers_rl.envs.trl_compat import trl_environment
+        from verifiers_rl.envs.trl_environments import InstancePool
         from verifiers_rl.envs.trl_reward_models import reward_funcs_of
 
-        funcs = reward_funcs_of(trl["reward_funcs"], trl.get("reward_processing_classes"))  # models load once
-        scoring = (funcs, trl.get("reward_weights"), trl.get("tools"))
-        env = trl_environment(trl["train_dataset"], *scoring)
+        funcs = trl.get("reward_funcs")
+        funcs = reward_funcs_of(funcs, trl.get("reward_processing_classes")) if funcs is not None else None  # once
+        pool = InstancePool(factory) if factory is not None else None  # train and eval rollouts share it
+        scoring = (funcs, trl.get("reward_weights"), trl.get("tools"), None, pool)
+        env = trl_environment(trl.get("train_dataset"), *scoring)
         if trl.get("eval_dataset") is not None:  # eval_envs' default: {"eval": it} (RLTrainer)
             env.trl_eval_env = trl_environment(trl["eval_dataset"], *scoring, trainer=env.trl_trainer, eval_only=True)
         if env.trl_string_prompts:
