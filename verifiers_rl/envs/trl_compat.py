@@ -1,5 +1,6 @@
 """TRL's way in: `RLTrainer(model, reward_funcs=..., train_dataset=..., args=...)`, as `GRPOTrainer` takes them,
-becomes a one-turn environment (`trl_environment`). The dataset's `prompt` column is the prompt; each reward function
+becomes a one-turn environment (`trl_environment`; a ToolEnv with TRL's `tools`, or its `environment_factory`:
+trl_environments.py; reward models among the functions: trl_reward_models.py). The dataset's `prompt` column is the prompt; each reward function
 is called as TRL calls it (`prompts`, `completions`, `completion_ids`, every other dataset column as a list, by
 keyword), here once per group of a prompt's rollouts; a None reward counts 0 in the weighted sum, as TRL's nansum.
 What a function logs with TRL's `log_metric(name, value)` is the step's `metrics/<name>/mean` (averaged over the
