@@ -107,3 +107,24 @@ def test_an_environment_factory_without_a_dataset_trains_through_rltrainer(tiny_
     trainer.train()
     assert trainer.state.global_step == 1
     assert all(s["prompt"][-1]["content"] == "Say sun." and s["reward"] == 0.25 for s in trainer.last_states)
+
+
+def test_a_reset_that_raises_is_one_failed_rollout_and_its_instance_goes_back():
+    class Flaky:
+        starts = 0
+
+        def reset(self, prompt, **kwargs):
+            Flaky.starts += 1
+            if Flaky.starts % 2 == 0:
+                raise RuntimeError("reset failed")
+
+        def get_reward(self) -> float:
+            return 1.0
+
+    env = trl_environment([{"prompt": "p"}], None, pool=InstancePool(Flaky))
+    client = ScriptedClient(lambda **kw: completion("ok"))
+    states = asyncio.run(generate_states(env, env.get_dataset(), client, "m", rollouts_per_example=4))
+    # the others keep their reward (the group's reward function did not fail for them), and nothing is held
+    assert sorted((str(s.get("error") or ""), s["reward"]) for s in states) == [("", 1.0)] * 2 + [
+        ("reset failed", 0.0)] * 2
+    assert not env.pool.live and all(s.get("reward_errors") in (None, {}) for s in states)

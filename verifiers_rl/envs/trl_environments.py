@@ -56,7 +56,8 @@ class InstancePool:
         async def reward(states: list[dict[str, Any]]) -> list[float]:
             out = []
             for s in states:
-                value = self.get(s.get(KEY)).get_reward()
+                instance = self.get(s.get(KEY))
+                value = instance.get_reward() if instance is not None else 0.0  # a rollout that failed to start
                 out.append(float(await value if inspect.isawaitable(value) else value))
             return out
 
@@ -76,10 +77,14 @@ class FactoryToolEnv(ToolEnv):
     async def setup_state(self, state: Any) -> Any:
         state = await super().setup_state(state) or state
         key, instance = self.pool.acquire()
+        try:
+            observation = instance.reset(**self.reset_row(dict(state["input"])))
+            if inspect.isawaitable(observation):
+                observation = await observation
+        except BaseException:  # the failed rollout's state is made anew (rollouts.py): nothing would release it
+            self.pool.release(key)
+            raise
         state[KEY] = key
-        observation = instance.reset(**self.reset_row(dict(state["input"])))
-        if inspect.isawaitable(observation):
-            observation = await observation
         if observation is not None:  # appended to the last user message, as TRL does
             *head, last = list(state["prompt"])
             state["prompt"] = [*head, {**dict(last), "content": f"{last.get('content') or ''}{observation}"}]
