@@ -35,6 +35,8 @@ def test_a_grpoconfig_trains_with_the_settings_it_means(tiny_model_dir, tmp_path
     assert isinstance(rl, vf.RLConfig) and (rl.batch_size, rl.micro_batch_size, rl.rollouts_per_example) == (8, 4, 4)
     assert (rl.max_tokens, rl.learning_rate, rl.temperature, rl.use_lora) == (6, 1e-6, 0.9, False)  # TRL's lr
     assert rl.gradient_accumulation_steps == 1 and rl.logging_steps == 1
+    # transformers' defaults that RLConfig's differ from, as TRL runs them: a linear decay, a save every 500 steps
+    assert (str(getattr(rl.lr_scheduler_type, "value", rl.lr_scheduler_type)), rl.save_steps) == ("linear", 500)
     assert rl.loss == {"type": "dapo", "beta": 0.0, "epsilon_low": 0.1, "epsilon_high": 0.1, "delta": None}
     assert rl.advantage == {"type": "grpo", "scale_rewards": "group"}  # TRL's default scaling
     trainer.train()

@@ -56,15 +56,17 @@ def _default(f: Any) -> Any:
 
 
 def _trainer_fields(args: Any, config_type: type) -> dict[str, Any]:
-    """The TrainingArguments fields TRL or the user moved from transformers' defaults (as __post_init__ left them)."""
+    """The TrainingArguments fields TRL or the user moved from transformers' defaults (as __post_init__ left them),
+    and those whose default RLConfig changes (lr_scheduler_type constant, save_steps 50, ...): TRL's value stated."""
     from transformers import TrainingArguments
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = TrainingArguments(output_dir=args.output_dir, use_cpu=args.use_cpu)
-    ours = {f.name for f in fields(config_type) if f.init}
+    ours = {f.name: _default(f) for f in fields(config_type) if f.init}
     return {f.name: getattr(args, f.name) for f in fields(TrainingArguments)
-            if f.init and f.name in ours and f.name not in MANAGED and getattr(args, f.name) != getattr(plain, f.name)}
+            if f.init and f.name in ours and f.name not in MANAGED
+            and (getattr(args, f.name) != getattr(plain, f.name) or ours[f.name] != _default(f))}
 
 
 def _unread(args: Any) -> None:
