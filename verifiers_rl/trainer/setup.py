@@ -23,8 +23,8 @@ _NOT_HERE = {
 
 def environment(env: Any, kwargs: dict[str, Any]) -> Any:
     """The training environment (an env id is loaded with its default arguments; TRL's `reward_funcs` +
-    `train_dataset` make one, envs/trl_compat.py); a transformers / TRL argument RLTrainer does not take is refused
-    in one line."""
+    `train_dataset`, or its `environment_factory`, make one: envs/trl_compat.py); a transformers / TRL argument
+    RLTrainer does not take is refused in one line."""
     names = ["reward_funcs", "train_dataset", "reward_weights", "tools", "reward_processing_classes",
              "environment_factory"]
     if TRL_WAY.intersection(kwargs):  # TRL's eval_dataset: scored by its reward_funcs too
@@ -45,10 +45,10 @@ def environment(env: Any, kwargs: dict[str, Any]) -> Any:
         funcs = trl.get("reward_funcs")
         funcs = reward_funcs_of(funcs, trl.get("reward_processing_classes")) if funcs is not None else None  # once
         pool = InstancePool(factory) if factory is not None else None  # train and eval rollouts share it
-        scoring = (funcs, trl.get("reward_weights"), trl.get("tools"), None, pool)
-        env = trl_environment(trl.get("train_dataset"), *scoring)
+        scoring = dict(reward_funcs=funcs, reward_weights=trl.get("reward_weights"), tools=trl.get("tools"), pool=pool)
+        env = trl_environment(trl.get("train_dataset"), **scoring)
         if trl.get("eval_dataset") is not None:  # eval_envs' default: {"eval": it} (RLTrainer)
-            env.trl_eval_env = trl_environment(trl["eval_dataset"], *scoring, trainer=env.trl_trainer, eval_only=True)
+            env.trl_eval_env = trl_environment(trl["eval_dataset"], **scoring, trainer=env.trl_trainer, eval_only=True)
         if env.trl_string_prompts:
             print("note: train_dataset's prompts are strings: each is sent as one user message through the chat "
                   "template (TRL sends the raw text); give chat messages to choose", flush=True)
