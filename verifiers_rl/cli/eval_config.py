@@ -135,10 +135,10 @@ def _v1_entry(raw: dict[str, Any]) -> dict[str, Any]:
     return {**entry, "env_id": env_id, "env_args": env, "api": "v1"}
 
 
-def _entries(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    """One dict of vf-eval arguments per evaluation the file asks for."""
-    if "eval" not in raw and ("env" in raw or raw.get("_flags")):  # verifiers v1's eval config, or its flags
-        return [_v1_entry({k: v for k, v in raw.items() if k != "_flags"})]
+def _entries(raw: dict[str, Any], v1_flags_given: bool = False) -> list[dict[str, Any]]:
+    """One dict of vf-eval arguments per evaluation the file (and verifiers 0.4's flags) ask for."""
+    if "eval" not in raw and ("env" in raw or v1_flags_given):  # verifiers v1's eval config, or its flags
+        return [_v1_entry(raw)]
     evals = raw.get("eval")
     if not isinstance(evals, list) or not evals:
         raise EvalConfigError("eval: no [[eval]] table (one per environment: id = \"...\"), and no v1 [env] block")
@@ -169,14 +169,14 @@ def eval_runs(argv: list[str], parser: argparse.ArgumentParser) -> list[argparse
         if "eval" in raw:
             raise EvalConfigError(f"{path}: an [[eval]] file, with verifiers v1's flags (--num-rollouts, --sampling.*, "
                                   "--env.*), which go with a v1 config or an environment id; give vf-eval's flags")
-        raw = _merge(raw, {**flags, "_flags": True})
+        raw = _merge(raw, flags)
         env_id = parser.parse_args(rest).env_id
         if env_id and "env" in raw and not (raw["env"].get("id") or (raw["env"].get("taskset") or {}).get("id")):
             raw["env"] = _merge(raw["env"], {"taskset": {"id": env_id}})  # verifiers: a bare id is the taskset's
     defaults = vars(parser.parse_args([]))
     given = {k: v for k, v in vars(parser.parse_args(rest)).items() if v != defaults[k]}
     runs = []
-    for entry in _entries(raw):
+    for entry in _entries(raw, bool(flags)):
         for key in ("env_args", "sampling_args"):
             if isinstance(entry.get(key), dict):
                 entry[key] = json.dumps(entry[key])
