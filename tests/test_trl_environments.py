@@ -79,9 +79,12 @@ def test_what_environment_factory_cannot_take_is_one_line():
             return ""
 
     for factory, line in ((NoReset, "environment_factory: NoReset has no reset method"),
-                          ({"a": Counter}, "environment_factory: a dict of environments"),):
+                          ({"a": Counter, "b": NoReset}, "environment_factory: NoReset has no reset method"),
+                          ({}, "environment_factory: an empty dict of environments")):
         with pytest.raises(ValueError, match=f"^{line}"):
             InstancePool(factory)
+    with pytest.raises(ValueError, match="^environment_factory: a dict of environments needs a train_dataset"):
+        trl_environment(None, None, pool=InstancePool({"counter": Counter}))
     with pytest.raises(ValueError, match="^reward_funcs: none given, and no environment_factory whose environment "
                                          "has get_reward"):
         trl_environment([{"prompt": "p"}], None)
@@ -128,3 +131,36 @@ def test_a_reset_that_raises_is_one_failed_rollout_and_its_instance_goes_back():
     assert sorted((str(s.get("error") or ""), s["reward"]) for s in states) == [("", 1.0)] * 2 + [
         ("reset failed", 0.0)] * 2
     assert not env.pool.live and all(s.get("reward_errors") in (None, {}) for s in states)
+
+
+def test_named_environments_each_row_its_own_class_tools_and_reward():
+    """TRL's {name: factory}: a row's `environment` picks the class; only its tools are offered; each class's
+    get_reward scores its own rollouts (0 for the other's); reset gets the row without `environment`."""
+    class Letters:
+        def reset(self, prompt, **kwargs):
+            self.kwargs = kwargs
+
+        def spell(self, word: str) -> str:
+            """Spell a word.
+
+            Args:
+                word: the word
+            """
+            return " ".join(word)
+
+        def get_reward(self) -> float:
+            return 0.25
+
+    rows = [{"prompt": [{"role": "user", "content": "Count."}], "target": 4, "environment": "counter"},
+            {"prompt": [{"role": "user", "content": "Spell."}], "target": 0, "environment": "letters"}]
+    env = trl_environment(rows, None, pool=InstancePool({"counter": Counter, "letters": Letters}))
+    client = ScriptedClient(lambda **kw: completion("done"))
+    states = asyncio.run(generate_states(env, env.get_dataset(), client, "m", rollouts_per_example=2))
+    offered = sorted({(r["messages"][-1]["content"], str(sorted(t["function"]["name"] for t in r.get("tools") or [])))
+                      for r in client.requests})
+    assert offered == [("Count. Reach 4.", "['increment']"), ("Spell.", "['spell']")]
+    assert [s["reward"] for s in states] == [0.0, 0.0, 0.25, 0.25]  # Counter's target 4 not reached; Letters' 0.25
+    assert {"Counter", "Letters"} <= set(states[0]["metrics"]) and not env.pool.live
+    assert all("environment" not in i.kwargs and i.kwargs["target"] == 0 for i in env.pool.spare["letters"])
+    with pytest.raises(ValueError, match="^environment='chess': not one of environment_factory's"):
+        env.pool.name_of({"environment": "chess"})

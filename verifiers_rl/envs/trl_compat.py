@@ -115,19 +115,23 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
     if not funcs and not (pool is not None and pool.rewarded):
         raise ValueError("reward_funcs: none given, and no environment_factory whose environment has get_reward "
                          "(TRL: one reward source at least)")
+    if pool is not None and pool.named and train_dataset is None:
+        raise ValueError("environment_factory: a dict of environments needs a train_dataset whose 'environment' "
+                         "column names each row's (TRL's rule)")
     data, columns, conversational = _dataset(train_dataset, pool is not None)
     trainer = trainer if trainer is not None else {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
     turns = bool(tools) or pool is not None
     scorers = [_reward_fn(f, columns, conversational, turns, trainer, pool) for f in funcs]
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
-    if pool is not None and pool.rewarded:  # the environment's own reward, weight 1 (TRL's)
-        scorers, weights = scorers + [pool.reward_fn()], weights + [1.0]
+    if pool is not None:  # the environments' own rewards, weight 1 each (TRL's)
+        scorers, weights = scorers + pool.reward_fns(), weights + [1.0] * len(pool.rewarded)
     rubric = _LoggingRubric(funcs=scorers, weights=weights)
     rubric.pool = pool
     rows = {"eval_dataset" if eval_only else "dataset": data}
     if pool is not None:
-        def reset_row(row: dict[str, Any]) -> dict[str, Any]:
-            return {"prompt": row.get(ORIGINAL, row.get("prompt")), **{c: row.get(c) for c in columns}}
+        def reset_row(row: dict[str, Any]) -> dict[str, Any]:  # TRL's: the row but the routing `environment`
+            kept = [c for c in columns if not (pool.named and c == "environment")]
+            return {"prompt": row.get(ORIGINAL, row.get("prompt")), **{c: row.get(c) for c in kept}}
 
         env = FactoryToolEnv(pool, reset_row, list(tools or []), **rows, rubric=rubric)
     elif tools:
