@@ -6,7 +6,10 @@ The task is speed_vs_trl.py's `short` one (a random-init tiny model learning to 
 a TRL-style function of `completions`), with TRL's own config defaults except the batch, the lengths and fp32 on the
 CPU, so what RLTrainer reads from a GRPOConfig (trainer/config_from_trl.py) is what is measured.
 
-    python benchmarks/same_script_as_trl.py [--pairs 3] [--steps 12] [--threads 1]
+`--lora`: the same with `peft_config=LoraConfig(r=8)` on the projections and lr 2e-4 (a second case, as TRL's
+LoRA recipes pass it).
+
+    python benchmarks/same_script_as_trl.py [--pairs 3] [--steps 12] [--threads 1] [--lora]
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ def reward(completions, **kwargs) -> list[float]:
     return [sum("a" <= ch <= "z" for ch in t) / max(len(t), 1) for t in texts]
 
 
-def script(trainer_cls, model_dir: str, out: str, steps: int, seed: int) -> tuple[float, list[float]]:
+def script(trainer_cls, model_dir: str, out: str, steps: int, seed: int, lora: bool = False
+           ) -> tuple[float, list[float]]:
     """The TRL user's script: returns (seconds per step, the train rewards logged)."""
     import warnings
 
@@ -33,14 +37,22 @@ def script(trainer_cls, model_dir: str, out: str, steps: int, seed: int) -> tupl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TRL's default gradient_checkpointing's deprecation note
         args = GRPOConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=32, num_generations=8,
-                          max_completion_length=24, learning_rate=3e-3, lr_scheduler_type="constant",
+                          max_completion_length=24, learning_rate=2e-4 if lora else 3e-3, lr_scheduler_type="constant",
                           temperature=1.0, use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=1,
                           save_strategy="no", report_to="none", disable_tqdm=True, seed=seed)
     from datasets import Dataset
 
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Write something ({i})."}]}
                               for i in range(512)])
-    trainer = trainer_cls(model=model_dir, reward_funcs=reward, args=args, train_dataset=data)
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=8, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                 "down_proj"])
+    trainer = trainer_cls(model=model_dir, reward_funcs=reward, args=args, train_dataset=data,
+                          peft_config=peft_config)
     t0 = time.perf_counter()
     trainer.train()
     dt = (time.perf_counter() - t0) / steps
@@ -57,6 +69,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--tail", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both (1: as speed_vs_trl.py)")
+    p.add_argument("--lora", action="store_true", help="LoRA r=8 through peft_config on both sides")
     a = p.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -73,7 +86,7 @@ def main() -> None:
         model = str(build_tiny_model(f"{tmp}/tiny"))
         for pair in range(a.pairs):
             order = [("ours", vf.RLTrainer), ("trl", GRPOTrainer)][:: -1 if pair % 2 else 1]
-            got = {side: script(cls, model, f"{tmp}/{side}-{pair}", a.steps, pair) for side, cls in order}
+            got = {side: script(cls, model, f"{tmp}/{side}-{pair}", a.steps, pair, a.lora) for side, cls in order}
             (so, ro), (st, rt) = got["ours"], got["trl"]
             ratios.append(so / st)
             ours_r.append(statistics.mean(ro[-a.tail:]))
