@@ -33,14 +33,17 @@ FAULT_S = 30
 
 
 def torchrun(model: Path, out: Path, *phases: str, timeout: float = LAUNCH_TIMEOUT) -> None:
-    cmd = [*torchrun_command(2), str(WORKER), str(model), str(out), *phases]
+    logs = str(out.parent / f"{out.name}-torchrun")  # torchrun's folders: here, not torchelastic_* in /tmp
+    cmd = [*torchrun_command(2), "--log-dir", logs, str(WORKER), str(model), str(out), *phases]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=out.parent)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
 
 
 def start(model: Path, out: Path, phase: str) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([*torchrun_command(2), str(WORKER), str(model), str(out), phase], cwd=out.parent,
+    logs = str(out.parent / f"{out.name}-torchrun")
+    return subprocess.Popen([*torchrun_command(2), "--log-dir", logs, str(WORKER), str(model), str(out), phase],
+                            cwd=out.parent,
                             stdout=(out / "torchrun.log").open("w"), stderr=subprocess.STDOUT)
 
 
@@ -118,6 +121,7 @@ def counted_and_resumed(tiny_model_dir, tmp_path_factory) -> Path:
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(k), "--nproc_per_node",
          "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "vf-test", "--max_restarts", "0",
+         "--log-dir", str(out.parent / f"{out.name}-torchrun{k}"),
          str(WORKER), str(tiny_model_dir), str(out), "count", "resume"],
         cwd=out.parent, stdout=(out / f"node{k}.log").open("w"), stderr=subprocess.STDOUT) for k in (0, 1)]
     try:

@@ -41,7 +41,8 @@ pytestmark = [pytest.mark.vllm, requires_vllm]
 def torchrun(model: Path, out: Path, url: str, phase: str) -> str:
     """One 2-process launch of the worker; returns its output."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [*torchrun_command(2), str(WORKER), str(model), str(out), url, phase]
+    logs = str(out.parent / f"{out.name}-torchrun-{phase}")  # torchrun's folders: here, not in /tmp
+    cmd = [*torchrun_command(2), "--log-dir", logs, str(WORKER), str(model), str(out), url, phase]
     env = {**os.environ, "VF_VLLM_PYTHON": _vllm_python()}  # the server a trainer starts: from the test's venv
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, cwd=out, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]

@@ -83,7 +83,8 @@ def launch(model: Path, out: Path, nproc: int) -> list[dict]:
     from verifiers_rl.plan.launch import torchrun_command
 
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [*torchrun_command(nproc), str(Path(__file__).resolve()), str(model), str(out)]
+    logs = str(out.parent / f"{out.name}-torchrun")  # torchrun's folders: here, not in /tmp
+    cmd = [*torchrun_command(nproc), "--log-dir", logs, str(Path(__file__).resolve()), str(model), str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, cwd=out)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return [json.loads((out / f"placement-rank{k}.json").read_text()) for k in range(nproc)]
