@@ -10,6 +10,8 @@ import json
 import tomllib
 from typing import Any
 
+from verifiers_rl.config.loading import deep_merge
+
 # a config key → vf-eval's argument
 CLASSIC = {"id": "env_id", "env_id": "env_id", "args": "env_args", "env_args": "env_args", "name": "name",
            "num_examples": "num_examples", "rollouts_per_example": "rollouts_per_example", "model": "model",
@@ -112,13 +114,6 @@ def v1_flags(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     return tree, rest
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def _v1_entry(raw: dict[str, Any]) -> dict[str, Any]:
     """verifiers v1's eval config (or its flags) as vf-eval's arguments; without an [env] block (flags beside an
     environment id) the environment is loaded as vf-eval loads one."""
@@ -169,10 +164,10 @@ def eval_runs(argv: list[str], parser: argparse.ArgumentParser) -> list[argparse
         if "eval" in raw:
             raise EvalConfigError(f"{path}: an [[eval]] file, with verifiers v1's flags (--num-rollouts, --sampling.*, "
                                   "--env.*), which go with a v1 config or an environment id; give vf-eval's flags")
-        raw = _merge(raw, flags)
+        raw = deep_merge(raw, flags)
         env_id = parser.parse_args(rest).env_id
         if env_id and "env" in raw and not (raw["env"].get("id") or (raw["env"].get("taskset") or {}).get("id")):
-            raw["env"] = _merge(raw["env"], {"taskset": {"id": env_id}})  # verifiers: a bare id is the taskset's
+            raw["env"] = deep_merge(raw["env"], {"taskset": {"id": env_id}})  # verifiers: a bare id is the taskset's
     defaults = vars(parser.parse_args([]))
     given = {k: v for k, v in vars(parser.parse_args(rest)).items() if v != defaults[k]}
     runs = []
