@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from typing import Any
 
 from verifiers_rl.errors import SettingError
+from verifiers_rl.trainer.config_fields import field_default
 from verifiers_rl.trainer.trl_names import TRL_NAMES
 
 RENAMED = {"num_generations": "rollouts_per_example", "max_completion_length": "max_tokens"}
@@ -51,10 +52,6 @@ def is_trl_args(args: Any) -> bool:
     return any(c.__name__ == "GRPOConfig" for c in type(args).__mro__)
 
 
-def _default(f: Any) -> Any:
-    return f.default_factory() if f.default_factory is not MISSING else f.default
-
-
 def _trainer_fields(args: Any, config_type: type) -> dict[str, Any]:
     """The TrainingArguments fields TRL or the user moved from transformers' defaults (as __post_init__ left them),
     and those whose default RLConfig changes (lr_scheduler_type constant, save_steps 50, ...): TRL's value stated."""
@@ -63,10 +60,10 @@ def _trainer_fields(args: Any, config_type: type) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = TrainingArguments(output_dir=args.output_dir, use_cpu=args.use_cpu)
-    ours = {f.name: _default(f) for f in fields(config_type) if f.init}
+    ours = {f.name: field_default(f) for f in fields(config_type) if f.init}
     return {f.name: getattr(args, f.name) for f in fields(TrainingArguments)
             if f.init and f.name in ours and f.name not in MANAGED
-            and (getattr(args, f.name) != getattr(plain, f.name) or ours[f.name] != _default(f))}
+            and (getattr(args, f.name) != getattr(plain, f.name) or ours[f.name] != field_default(f))}
 
 
 def _unread(args: Any) -> None:
@@ -85,7 +82,7 @@ def _unread(args: Any) -> None:
     for f in fields(args):
         if f.name in base or f.name in READ or not f.init:
             continue
-        if getattr(args, f.name) != (getattr(plain, f.name) if plain is not None else _default(f)):
+        if getattr(args, f.name) != (getattr(plain, f.name) if plain is not None else field_default(f)):
             raise SettingError(f.name, f"args: GRPOConfig's {f.name}={getattr(args, f.name)!r} has no counterpart "
                                        f"here; what sets it: {TRL_NAMES.get(f.name, 'nothing')}")
     per_step = args.per_device_train_batch_size * args.world_size
@@ -133,12 +130,12 @@ def _grpo_fields(args: Any) -> dict[str, Any]:
 def _steps(args: Any, env: Any, batch_size: int, group: int) -> tuple[int, int | None]:
     """(TRL's max_steps, or its num_train_epochs passes over the environment's prompts, each `group` times; the
     steps of one such pass, None for a dataset without a length)."""
-    try:
-        prompts = len(env.get_dataset())
-    except Exception:  # noqa: BLE001 - an environment without a sized dataset
-        prompts = 0
-    if getattr(env, "trl_placeholder", False):  # TRL's rule: the environment writes the prompts
-        prompts = 0
+    prompts = 0  # TRL's rule when the environment writes the prompts (placeholder rows): no epochs
+    if not getattr(env, "trl_placeholder", False):
+        try:
+            prompts = len(env.get_dataset())
+        except Exception:  # noqa: BLE001 - an environment without a sized dataset
+            pass
     epoch = max(1, math.ceil(prompts * group / batch_size)) if prompts else None
     if args.max_steps > 0:
         return args.max_steps, epoch
