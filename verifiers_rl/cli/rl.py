@@ -236,9 +236,9 @@ def _check_wandb(resolved: Any) -> None:
     from verifiers_rl.config.loading import read_env_file
     from verifiers_rl.config.resolution import map_origin
     from verifiers_rl.network import wandb_needs_key, wandb_unreachable
+    from verifiers_rl.trainer.run_settings import report_list
 
-    report = resolved.args.report_to
-    if "wandb" not in ([report] if isinstance(report, str) else list(report or [])):
+    if "wandb" not in report_list(resolved.args.report_to):
         return
     env = dict(os.environ)
     for path in resolved.cfg.env_file:

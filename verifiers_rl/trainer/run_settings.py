@@ -12,6 +12,11 @@ from typing import Any
 WANDB_KEYS = ("project", "entity", "name")
 
 
+def report_list(report_to: Any) -> list[str]:
+    """`report_to` (None, a name, or names) as a list of names."""
+    return [report_to] if isinstance(report_to, str) else list(report_to or [])
+
+
 def wandb_problem(wandb: Any) -> str | None:
     """One line saying what is wrong with a `wandb` table, or None."""
     if wandb is None:
@@ -41,7 +46,7 @@ def resolve_run_settings(cfg: Any) -> None:
     if cfg.report_to in (None, "none", ["none"], []):
         cfg.report_to = ["wandb"]
     else:
-        current = [cfg.report_to] if isinstance(cfg.report_to, str) else list(cfg.report_to)
+        current = report_list(cfg.report_to)
         if "all" not in current and "wandb" not in current:
             current.append("wandb")
         cfg.report_to = current
@@ -62,7 +67,7 @@ def check_wandb_reachable(report_to: Any, key: str, need_key: bool = False) -> N
     from verifiers_rl.errors import NetworkError
     from verifiers_rl.network import wandb_needs_key, wandb_unreachable
 
-    if "wandb" not in ([report_to] if isinstance(report_to, str) else list(report_to or [])):
+    if "wandb" not in report_list(report_to):
         return
     offline = "set WANDB_MODE=offline to log offline (`wandb sync` later), or leave 'wandb' out"
     if need_key and wandb_needs_key(dict(os.environ)):
