@@ -164,3 +164,22 @@ def test_named_environments_each_row_its_own_class_tools_and_reward():
     assert all("environment" not in i.kwargs and i.kwargs["target"] == 0 for i in env.pool.spare["letters"])
     with pytest.raises(ValueError, match="^environment='chess': not one of environment_factory's"):
         env.pool.name_of({"environment": "chess"})
+
+
+def test_a_reward_model_beside_an_environment_factory_scores_the_prompt_reset_left(tiny_model_dir, monkeypatch):
+    """TRL hands every reward source the same prompts, reset's text included: a reward model's too."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from verifiers_rl.envs.trl_reward_models import RewardModel
+
+    scored = []
+    monkeypatch.setattr(RewardModel, "score", lambda self, prompts, completions, *a, **k: scored.extend(prompts)
+                        or [0.0] * len(prompts))
+    torch.manual_seed(0)
+    rm = AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=1)
+    rows = [{"prompt": [{"role": "user", "content": "Count."}], "target": 4}]
+    env = trl_environment(rows, [rm], pool=InstancePool(Counter))
+    asyncio.run(generate_states(env, env.get_dataset(), ScriptedClient(lambda **kw: completion("ok")), "m",
+                                rollouts_per_example=2))
+    assert [p[-1]["content"] for p in scored] == ["Count. Reach 4."] * 2

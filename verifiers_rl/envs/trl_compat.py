@@ -50,14 +50,19 @@ def _completions(states: list[dict[str, Any]], conversational: bool, turns: bool
     return [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
 
 
+def _prompts(states: list[dict[str, Any]]) -> list[Any]:
+    """TRL's `prompts`: a string prompt as the dataset gave it, else the chat messages (a state's prompt is its
+    input's, so with environment_factory as reset() left them)."""
+    return [(s.get("input") or {}).get(ORIGINAL, s.get("prompt")) for s in states]
+
+
 def _model_reward_fn(rm: RewardModel, conversational: bool, turns: bool, trainer: dict) -> Callable:
     """A reward model as a group reward function: TRL's scoring, on the trainer's device."""
 
     async def reward(states: list[dict[str, Any]]) -> list[float]:
-        rows = [s.get("input") or {} for s in states]
         args = getattr(trainer["ref"](), "args", None)
-        return rm.score([row.get(ORIGINAL, row.get("prompt")) for row in rows],
-                        _completions(states, conversational, turns), getattr(args, "device", None),
+        return rm.score(_prompts(states), _completions(states, conversational, turns),
+                        getattr(args, "device", None),
                         getattr(args, "chat_template_kwargs", None))
 
     reward.__name__ = rm.name
@@ -77,12 +82,11 @@ def _reward_fn(func: Any, columns: list[str], conversational: bool, turns: bool,
         columns_: dict[str, list[Any]] = defaultdict(list)
         rows = [s.get("input") or {} for s in states]
         kwargs = {c: [row.get(c) for row in rows] for c in columns}
-        if pool is not None:  # and their prompts as reset() left them
+        if pool is not None:
             kwargs.update(environments=[pool.get(s.get(KEY)) for s in states])
-            rows = [{**row, "prompt": s.get("prompt")} for row, s in zip(rows, states)]
         ids = [[t for step in s.get("trajectory") or [] for t in (step.get("tokens") or {}).get("completion_ids") or []]
                for s in states]
-        out = func(prompts=[row.get(ORIGINAL, row.get("prompt")) for row in rows],
+        out = func(prompts=_prompts(states),
                    completions=_completions(states, conversational, turns), completion_ids=ids,
                    trainer_state=getattr(trainer["ref"](), "state", None),
                    log_metric=lambda name, value: metrics[name].append(float(value)),
