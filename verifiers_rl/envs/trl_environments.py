@@ -29,11 +29,12 @@ class InstancePool:
         self.factories: dict[str | None, Callable[[], Any]] = dict(factory) if self.named else {None: factory}
         if not self.factories:
             raise ValueError("environment_factory: an empty dict of environments")
-        self.spare: dict[str | None, list[Any]] = {n: [f()] for n, f in self.factories.items()}  # TRL probes one
+        self.probes = {n: f() for n, f in self.factories.items()}  # TRL probes one: tools, rewards; then pooled
+        self.spare: dict[str | None, list[Any]] = {n: [p] for n, p in self.probes.items()}
         self.live: dict[int, tuple[str | None, Any]] = {}
         self.count = 0
         self.methods: dict[str | None, list[str]] = {}
-        for name, (probe,) in self.spare.items():
+        for name, probe in self.probes.items():
             cls = type(probe)
             if not callable(getattr(cls, "reset", None)):
                 raise ValueError(f"environment_factory: {cls.__name__} has no reset method (TRL requires one: it "
@@ -41,14 +42,8 @@ class InstancePool:
             self.methods[name] = [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
                                   if not n.startswith("_") and n not in ("reset", "get_reward")]
         # one reward function per class with get_reward, scoring its own instances (TRL: exact type)
-        self.rewarded = list(dict.fromkeys(type(p) for (p,) in self.spare.values()
+        self.rewarded = list(dict.fromkeys(type(p) for p in self.probes.values()
                                            if callable(getattr(type(p), "get_reward", None))))
-
-    def probe(self, name: str | None) -> Any:
-        return (self.spare[name] or [self.live_of(name)])[0]
-
-    def live_of(self, name: str | None) -> Any:
-        return next(inst for n, inst in self.live.values() if n == name)
 
     def name_of(self, row: dict[str, Any]) -> str | None:
         if not self.named:
@@ -99,7 +94,7 @@ class FactoryToolEnv(ToolEnv):
         from verifiers_rl.utils.tool_utils import convert_func_to_tool_def
 
         self.pool, self.reset_row = pool, reset_row
-        own = {name: [getattr(pool.probe(name), m) for m in methods] for name, methods in pool.methods.items()}
+        own = {name: [getattr(pool.probes[name], m) for m in methods] for name, methods in pool.methods.items()}
         union = list({m.__name__: m for ms in own.values() for m in ms}.values())
         self.tool_defs_of = {name: [convert_func_to_tool_def(t) for t in list(tools) + ms] for name, ms in own.items()}
         super().__init__(tools=list(tools) + union, **kwargs)
