@@ -160,16 +160,17 @@ def eval_runs(argv: list[str], parser: argparse.ArgumentParser) -> list[argparse
                 raw = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise EvalConfigError(f"{path}: {e}") from None
+    on_command_line = parser.parse_args(rest)
     if flags:
         if "eval" in raw:
             raise EvalConfigError(f"{path}: an [[eval]] file, with verifiers v1's flags (--num-rollouts, --sampling.*, "
                                   "--env.*), which go with a v1 config or an environment id; give vf-eval's flags")
         raw = deep_merge(raw, flags)
-        env_id = parser.parse_args(rest).env_id
+        env_id = on_command_line.env_id
         if env_id and "env" in raw and not (raw["env"].get("id") or (raw["env"].get("taskset") or {}).get("id")):
             raw["env"] = deep_merge(raw["env"], {"taskset": {"id": env_id}})  # verifiers: a bare id is the taskset's
     defaults = vars(parser.parse_args([]))
-    given = {k: v for k, v in vars(parser.parse_args(rest)).items() if v != defaults[k]}
+    given = {k: v for k, v in vars(on_command_line).items() if v != defaults[k]}
     runs = []
     for entry in _entries(raw, bool(flags)):
         for key in ("env_args", "sampling_args"):
