@@ -39,9 +39,13 @@ class RewardModel:
 def _load(name: str) -> Any:
     from transformers import AutoModelForSequenceClassification
 
+    from verifiers_rl.errors import NetworkError
+    from verifiers_rl.network import check_model_reachable
+
     try:
+        check_model_reachable(name)  # the policy's check: a missing dir, or the hub out of reach, said at once
         return AutoModelForSequenceClassification.from_pretrained(name, num_labels=1)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, NetworkError) as e:  # ModelNotFoundError is an OSError
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValueError(f"reward_funcs: {name!r} could not be loaded as a reward model ({why}); give a model dir, "
                          "a loaded model or a function") from None
