@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from verifiers_rl.inference.decode_step import DecodeStep  # noqa: E402
-from verifiers_rl.inference.kv_cache import reserved_cache  # noqa: E402
+from verifiers_rl.inference.kv_cache import cache_keyword, reserved_cache  # noqa: E402
 
 SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=128)
@@ -57,12 +57,13 @@ def _logits_both_ways(model, step, n_steps=6):
     ref, ours = [], []
     with torch.inference_mode():
         for c in caches:
-            out = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=c, use_cache=True)
+            out = model(input_ids=ids, attention_mask=att, position_ids=pos, **{cache_keyword(model): c},
+                        use_cache=True)
         tok = out.logits[:, -1].argmax(-1)
         for s in range(n_steps):
             p = att.sum(-1) + s
             ref.append(model(input_ids=tok[:, None], attention_mask=mask[:, : 8 + s], position_ids=p[:, None],
-                             past_key_values=caches[0], use_cache=True).logits[:, -1])
+                             **{cache_keyword(model): caches[0]}, use_cache=True).logits[:, -1])
             ours.append(step.step(tok, p, step.prepare(bias), caches[1]))
             tok = torch.randint(0, 96, (3,), generator=g)
     return torch.stack(ref, 1), torch.stack(ours, 1)
@@ -102,7 +103,7 @@ def test_the_prefill_gives_the_logits_and_cache_of_the_models_forward(kind):
     assert start > 0
     with torch.inference_mode():
         theirs = reserved_cache(model, W)
-        ref = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=theirs,
+        ref = model(input_ids=ids, attention_mask=att, position_ids=pos, **{cache_keyword(model): theirs},
                     use_cache=True).logits[:, -1]
         ours = reserved_cache(model, W)
         known = _fill_prefix(model, ours, ids, att, start, {})

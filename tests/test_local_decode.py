@@ -7,19 +7,20 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verifiers_rl.inference.kv_cache import reserved_cache  # noqa: E402
+from verifiers_rl.inference.kv_cache import cache_keyword, reserved_cache  # noqa: E402
 
 
 def step_logits(model, ids, attention, cache, new_tokens):
     B, P = ids.shape
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    kv = cache_keyword(model)
     out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                past_key_values=cache, logits_to_keep=1)
+                **{kv: cache}, logits_to_keep=1)
     logits, mask, pos = [out.logits[:, -1]], attention, attention.sum(-1, keepdim=True)
     for k, tok in enumerate(new_tokens):
         mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype)], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos + k,
-                    past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+                    **{kv: out[kv]}, use_cache=True, logits_to_keep=1)
         logits.append(out.logits[:, -1])
     return torch.stack(logits, 1)
 
@@ -117,6 +118,56 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(tiny_model_dir, 
     assert sum(calls_compact) < 0.75 * sum(calls_full)
 
 
+class _Output(dict):
+    """A model output as transformers 5.25 returns it: the cache under `cache`."""
+
+    __getattr__ = dict.__getitem__
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["model-forward", "decode-step"])
+def test_the_cache_goes_by_the_keyword_the_models_forward_names(tiny_model_dir, monkeypatch, compact):
+    """transformers 5.25 renamed the forward's `past_key_values` to `cache` (the old name deprecated, to go in 5.40:
+    a FutureWarning from every decode): the decode passes and reads the cache under the name the model's class
+    takes, and decodes the same tokens. A subclass taking `cache` stands in for 5.25's models here (the lock's
+    transformers may have either)."""
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.inference import local_decode
+    from verifiers_rl.inference.local_sampling import Sampler, StopCriteria, row_generators
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    theirs, seen = cache_keyword(base), []
+
+    class NewStyle(type(base)):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, **kw):
+            assert "past_key_values" not in kw
+            seen.append(cache is not None)
+            out = super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                  **{theirs: cache}, **kw)
+            return _Output(logits=out.logits, cache=out[theirs])
+
+    model = NewStyle(base.config).eval()
+    model.load_state_dict(base.state_dict())
+    assert cache_keyword(model) == "cache"
+    monkeypatch.setattr(local_decode, "compactable", lambda cache: compact and cache is not None)
+    B, P = 4, 6
+    ids = torch.randint(3, 250, (B, P), generator=torch.Generator().manual_seed(2))
+    attention = torch.ones_like(ids)
+    attention[1, :2] = 0
+
+    def run(m):
+        sampler = Sampler(attention, temperature=1.0, rng_groups=row_generators([("r", 3, 0)] * B))
+        stopper = StopCriteria(None, P, eos_ids=[], max_new=[5] * B, min_tokens=[0] * B, ignore_eos=[True] * B,
+                               stops=[[]] * B, skip_special_tokens=[True] * B)
+        with torch.inference_mode():
+            return local_decode.decode(m, ids, attention, sampler, stopper, 5, pad_id=0)
+
+    assert torch.equal(run(model), run(base))
+    assert seen and all(seen)  # every call of its forward got the cache by its own name
+    if not compact:
+        assert len(seen) == 5  # the prefill and four steps through the model's forward
+
+
 def _left_padded(rows: list[torch.Tensor], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     P = max(len(r) for r in rows)
     ids = torch.full((len(rows), P), pad)
@@ -165,7 +216,7 @@ def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkey
         logits, _ = local_decode._prefill(model, ids, attention, positions, ours, True, {"logits_to_keep": 1}, step)
         theirs = reserved_cache(model, ids.shape[1] + 4)
         ref = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                    past_key_values=theirs)
+                    **{cache_keyword(model): theirs})
     assert shapes[:2] == [(1, 30), (4, 20)]  # the prefix once, then four distinct prompts' last 20 columns
     assert torch.allclose(logits, ref.logits[:, -1], atol=1e-5)
     real = attention.bool()

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from openai.types.chat import ChatCompletion  # noqa: E402
 
+from verifiers_rl.inference.kv_cache import cache_keyword  # noqa: E402
 from verifiers_rl.inference.local_engine import LocalEngine  # noqa: E402
 from verifiers_rl.inference.local_sampling import (  # noqa: E402
     Sampler,
@@ -66,15 +67,16 @@ def scripted_model(tiny_model_dir, text: str, prompt_len: int):
     script = tok(text, add_special_tokens=False)["input_ids"]
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
 
+    kv = cache_keyword(base)  # transformers 5.25 renamed past_key_values
+
     class Scripted(type(base)):
-        def forward(self, input_ids=None, attention_mask=None, past_key_values=None, **kw):
+        def forward(self, input_ids=None, attention_mask=None, **kw):
             if attention_mask is not None:  # padded batch: count real tokens per row
                 real = attention_mask.sum(-1)
             else:  # generate() drops an all-ones mask: the cache length tells where we are
-                past = past_key_values.get_seq_length() if past_key_values is not None else 0
+                past = kw[kv].get_seq_length() if kw.get(kv) is not None else 0
                 real = torch.full((input_ids.shape[0],), past + input_ids.shape[1])
-            out = super().forward(input_ids=input_ids, attention_mask=attention_mask,
-                                  past_key_values=past_key_values, **kw)
+            out = super().forward(input_ids=input_ids, attention_mask=attention_mask, **kw)
             for row, n in enumerate(real.tolist()):
                 step = n - prompt_len
                 nxt = script[step] if 0 <= step < len(script) else tok.eos_token_id

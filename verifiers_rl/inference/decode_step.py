@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from verifiers_rl.inference.kv_cache import compactable, reserved_cache
+from verifiers_rl.inference.kv_cache import cache_keyword, compactable, reserved_cache
 
 log = logging.getLogger(__name__)
 
@@ -221,16 +221,17 @@ class DecodeStep:
         bias = self.prepare(key_padding_bias(att, 8))
         mask = torch.ones((2, 8), dtype=att.dtype, device=device)
         mask[:, :5] = att
+        theirs = {cache_keyword(model): caches[0]}
         with torch.inference_mode():
-            ref = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=caches[0],
-                        use_cache=True).logits[:, -1].float()
+            ref = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True,
+                        **theirs).logits[:, -1].float()
             got = self.prefill(ids, att, pos, caches[1]).float()
             worst, scale = float((ref - got).abs().max()), max(1.0, float(ref.abs().max()))
             tok = ref.argmax(-1)
             for s in range(3):
                 p = att.sum(-1) + s
                 ref = model(input_ids=tok[:, None], attention_mask=mask[:, : 6 + s], position_ids=p[:, None],
-                            past_key_values=caches[0], use_cache=True).logits[:, -1].float()
+                            use_cache=True, **theirs).logits[:, -1].float()
                 got = self.step(tok, p, bias, caches[1]).float()
                 worst, scale = max(worst, float((ref - got).abs().max())), max(scale, float(ref.abs().max()))
                 tok = ref.argmax(-1)

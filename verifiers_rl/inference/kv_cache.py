@@ -6,9 +6,36 @@ torch is imported at module level: only the decode loop imports this module."""
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import torch
+
+
+def forward_params(model: Any) -> Any:
+    """The parameters of `model`'s class's forward (a peft wrapper's base model's: wrappers of an instance's forward,
+    such as accelerate's hooks, pass keywords through), or {} when unreadable."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _params(type(base))
+
+
+def _params(cls: type) -> Any:
+    try:
+        return inspect.signature(cls.forward).parameters
+    except (AttributeError, TypeError, ValueError):
+        return {}
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword `model`'s forward takes its KV cache by, and its output returns it as: `cache` from transformers
+    5.25 (where `past_key_values` is deprecated, to go in 5.40), `past_key_values` before. The first class up the
+    model's hierarchy whose forward names either decides (a subclass's forward may pass `**kwargs` on)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for cls in type(base).__mro__:
+        params = _params(cls) if "forward" in vars(cls) else {}
+        if "cache" in params or "past_key_values" in params:
+            return "cache" if "cache" in params else "past_key_values"
+    return "past_key_values"
 
 
 @functools.cache

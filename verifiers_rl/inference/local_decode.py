@@ -7,21 +7,12 @@ torch is imported at module level: only the batching worker imports this module,
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 
 from verifiers_rl.inference.decode_step import DecodeStep, key_padding_bias
-from verifiers_rl.inference.kv_cache import compactable, reserved_cache
-
-
-def _accepts_logits_to_keep(model: Any) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
+from verifiers_rl.inference.kv_cache import cache_keyword, compactable, forward_params, reserved_cache
 
 
 def _unique_rows(input_ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -59,9 +50,10 @@ def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, posit
     `compact` cache, identical prompts and a prefix common to all are computed once (vLLM's prefix caching, within
     a batch) and their key/value rows copied into place."""
     if not compact:
+        kv = cache_keyword(model)
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                    past_key_values=cache, **extra)
-        return out.logits[:, -1], out.past_key_values
+                    **{kv: cache}, **extra)
+        return out.logits[:, -1], out[kv]
     shared = _unique_rows(input_ids, attention)
     if shared is not None:
         first, inverse = shared
@@ -72,7 +64,7 @@ def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, posit
         logits = fast.prefill(input_ids[:, start:], attention, positions[:, start:], cache, known)
     else:
         logits = model(input_ids=input_ids[:, start:], attention_mask=attention, position_ids=positions[:, start:],
-                       use_cache=True, past_key_values=cache, **extra).logits[:, -1]
+                       use_cache=True, **{cache_keyword(model): cache}, **extra).logits[:, -1]
     if shared is not None:
         for layer in cache.layers:
             layer.select_rows(inverse)
@@ -91,7 +83,7 @@ def _fill_prefix(model: Any, cache: Any, input_ids: torch.Tensor, attention: tor
     prefix = input_ids[longest, int(pads[longest]):start]
     own = reserved_cache(model, len(prefix))
     model(input_ids=prefix[None], position_ids=torch.arange(len(prefix), device=prefix.device)[None],
-          use_cache=True, past_key_values=own, **extra)
+          use_cache=True, **{cache_keyword(model): own}, **extra)
     width = input_ids.shape[1] if later_too else start
     offset = torch.arange(width, device=pads.device)[None] - pads[:, None]  # [B, width]
     src = offset.clamp(0, len(prefix) - 1)  # row i's column c holds prefix token c - pad_i
@@ -119,7 +111,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
     mask[:, :P] = attention
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     next_pos = attention.sum(-1, keepdim=True)  # the first new token's position in each row
-    extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in forward_params(model) else {}
+    kv = cache_keyword(model)
     cache = reserved_cache(model, P + max_new)
     compact = compactable(cache)
     fast = DecodeStep.for_model(model) if compact else None
@@ -153,6 +146,6 @@ def decode(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, sampler
             logits = fast.step(tok[rows], row_pos + step, row_bias, cache)
         else:
             logits = model(input_ids=tok[rows, None], attention_mask=mask[rows, : P + n],
-                           position_ids=next_pos[rows] + step, past_key_values=cache, use_cache=True,
+                           position_ids=next_pos[rows] + step, use_cache=True, **{kv: cache},
                            **extra).logits[:, -1]
     return buf[:, : P + n]
