@@ -283,6 +283,7 @@ def test_a_vllm_outside_the_supported_range_is_one_line_at_launch(tmp_path):
     from verifiers_rl.plan.hardware import check_vllm_version, vllm_version
 
     assert check_vllm_version("0.32.0") is None and check_vllm_version("0.33.1") is None
+    assert check_vllm_version("0.34.0") is None and "<0.35'" in check_vllm_version("0.35.0")
     assert check_vllm_version(None) is None  # unknown: the server's own start-up says more
     line = check_vllm_version("0.30.2")
     assert line and "\n" not in line and "uv sync --extra vllm" in line
@@ -350,7 +351,7 @@ def test_vf_rl_and_a_scripts_server_share_one_layout_rule(monkeypatch):
         monkeypatch.setattr(vllm_server, "gpu_count", asked_again)
         server = vllm_server.VLLMServer(vllm_server.VLLMServerConfig(**{**plan.server, "model": "/m"}), python="/py")
         assert server.layout.colocated == plan.colocated
-        assert ("--gpu-memory-utilization" in server.command()) == plan.colocated
+        assert _flag(server.command(), "--gpu-memory-utilization") == ("0.3" if plan.colocated else "0.92")
     # the rule's edges: a trainer on the CPU beside a server on the one GPU is not sharing it; a trainer that names
     # no GPUs (a script's) is; explicit ids on one GPU share it
     assert not plan_for(_run_cfg(**CPU_TRAINER), 1, lambda: True).colocated

@@ -85,7 +85,8 @@ def test_command_defaults_lora_and_user_args():
     assert "--logprobs-mode processed_logprobs" in joined  # trainer logprobs are of logits / temperature
     assert "--enable-lora --max-lora-rank 8" in joined  # rank 4 rounds up to vLLM's smallest allowed rank
     assert cmd[-2:] == ["--max-model-len", "1024"]
-    assert "--data-parallel-size" not in cmd and "--gpu-memory-utilization" not in cmd
+    assert "--data-parallel-size" not in cmd
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.92"  # vLLM 0.32's default, stated (0.34's is 1.0)
     # a user's own choice wins and is not repeated
     cmd = build_command(VLLMServerConfig(model="/m", args={"logprobs_mode": "raw_logprobs"}), "py", 1)
     assert cmd.count("--logprobs-mode") == 1 and "raw_logprobs" in cmd
@@ -112,7 +113,9 @@ def test_split_layout_inference_gpus_first_trainer_after():
     cfg = VLLMServerConfig(model="/m", gpus=2, trainer_gpus=2)
     cmd = build_command(cfg, "py", 9000, layout)
     assert cmd[cmd.index("--data-parallel-size") + 1] == "2"
-    assert "--gpu-memory-utilization" not in cmd
+    # GPUs of its own: vLLM 0.32's share, stated (0.34 would size its KV cache to the whole GPU, leaving the weight
+    # syncs nothing)
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.92"
     assert build_env(cfg, sys.executable, layout, base={})["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert layout.trainer == (2, 3)
     # explicit device lists

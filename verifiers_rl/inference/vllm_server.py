@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from verifiers_rl.errors import ModelServerError, VLLMLaunchError  # noqa: F401  (re-exported)
-from verifiers_rl.plan.gpus import DEFAULT_COLOCATED_GPU_MEMORY, GPULayout, data_parallel_size, plan_gpus
+from verifiers_rl.plan.gpus import (DEFAULT_COLOCATED_GPU_MEMORY, DEFAULT_GPU_MEMORY, GPULayout, data_parallel_size,
+                                    plan_gpus)
 from verifiers_rl.plan.hardware import find_vllm_python, gpu_count, health_ok  # noqa: F401  (re-exported too)
 from verifiers_rl.plan.sampling import SERVER_FLAGS, lora_server_args
 
@@ -138,10 +139,9 @@ def build_command(cfg: VLLMServerConfig, python: str, port: int, layout: GPULayo
             cmd += ["--api-server-count", "1"]
     except ValueError as e:
         raise VLLMLaunchError(str(e)) from None
-    if layout.colocated and "gpu-memory-utilization" not in user:
-        cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization or DEFAULT_COLOCATED_GPU_MEMORY)]
-    elif cfg.gpu_memory_utilization is not None and "gpu-memory-utilization" not in user:
-        cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    share = cfg.gpu_memory_utilization or (DEFAULT_COLOCATED_GPU_MEMORY if layout.colocated else DEFAULT_GPU_MEMORY)
+    if "gpu-memory-utilization" not in user:
+        cmd += ["--gpu-memory-utilization", str(share)]
     return cmd + args_to_flags(cfg.args)
 
 

