@@ -21,7 +21,7 @@ links=()
 if [ -n "${PIP_FIND_LINKS:-}" ]; then links=(--find-links "$PIP_FIND_LINKS"); fi
 resolution=${RESOLUTION:-lowest-direct}
 uv pip install -q -p "$venv" --resolution "$resolution" "${links[@]}" "$@" -e . \
-    "pytest>=8" "pytest-asyncio>=0.23" "pytest-timeout>=2.3"
+    "pytest>=8" "pytest-asyncio>=0.23" "pytest-timeout>=2.3" "pytest-xdist>=3.8"  # pyproject's addopts use -n
 "$venv/bin/python" - <<'EOF'
 from importlib.metadata import version
 print("versions:", ", ".join(f"{p} {version(p)}" for p in (
