@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install verifiers-rl with every direct dependency at the lowest version pyproject.toml allows (uv's
 # `--resolution lowest-direct`) into its own venv, and run the tests that touch those libraries most: the private
-# transformers hooks, the trainer, the local engine's KV cache and decode, LoRA merging, checkpoints, the losses,
-# vf-sft, and a newcomer's run (no FutureWarning or DeprecationWarning from what we call).
+# transformers hooks, the trainer, the local engine's KV cache and decode, LoRA merging, checkpoints, the losses, the
+# optimizers, vf-sft, and a newcomer's run (no FutureWarning or DeprecationWarning from what we call).
 #
 #   bash scripts/check-floors.sh [VENV_DIR] [EXTRA_PIP_SPEC ...]    # default VENV_DIR: .venv-floors (git-ignored)
 #
@@ -30,4 +30,4 @@ EOF
 exec "$venv/bin/python" -m pytest -p no:cacheprovider -m "not vllm and not network" tests/test_hf_hooks.py \
     tests/test_trainer.py tests/test_local_engine.py tests/test_local_decode.py tests/test_decode_step.py \
     tests/test_lora_merge.py tests/test_checkpoints.py tests/test_loss_registry.py tests/test_sft_data.py \
-    tests/test_sft_processes.py tests/test_newcomer.py
+    tests/test_sft_processes.py tests/test_newcomer.py tests/test_optimizers.py

@@ -19,7 +19,8 @@ class ExtraOptimizers:
     def create_optimizer(self, model: Any = None) -> Any:
         kind = extra_optimizer(self.args)  # type: ignore[attr-defined]
         if kind is None or self.optimizer is not None:  # type: ignore[attr-defined]
-            return super().create_optimizer(model)  # type: ignore[misc]
+            # transformers 5.0's takes no model (later ones an optional one): pass one only where the Trainer gave one
+            return super().create_optimizer(*(() if model is None else (model,)))  # type: ignore[misc]
         model = self.model if model is None else model  # type: ignore[attr-defined]
         decay = self.get_decay_parameter_names(model)  # type: ignore[attr-defined]
         self.optimizer = build_optimizer(kind, model, self.args, decay)  # type: ignore[attr-defined]
