@@ -7,7 +7,8 @@
 #   bash scripts/check-floors.sh [VENV_DIR] [EXTRA_PIP_SPEC ...]    # default VENV_DIR: .venv-floors (git-ignored)
 #
 # scripts/check-newest.sh runs the same with the newest versions pyproject.toml allows (what `pip install
-# verifiers-rl` gets today, past uv.lock's), by RESOLUTION=highest.
+# verifiers-rl` gets today, past uv.lock's), by RESOLUTION=highest. PYTHON picks the interpreter (default 3.11,
+# requires-python's floor), e.g. PYTHON=/path/to/python3.13.
 #
 # EXTRA_PIP_SPEC pins what the floors leave open or what you want held, e.g. a CPU torch wheel instead of the CUDA
 # build torch's floor would download: `bash scripts/check-floors.sh .venv-floors "torch==2.13.0+cpu"` with
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${1:-.venv-floors}
 shift || true
-uv venv -q --allow-existing "$venv" -p 3.11
+uv venv -q --allow-existing "$venv" -p "${PYTHON:-3.11}"  # PYTHON: a version or an interpreter's path
 links=()
 if [ -n "${PIP_FIND_LINKS:-}" ]; then links=(--find-links "$PIP_FIND_LINKS"); fi
 resolution=${RESOLUTION:-lowest-direct}

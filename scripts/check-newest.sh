@@ -4,6 +4,7 @@
 # past_key_values to cache, a FutureWarning from every decode, until the local engine followed).
 #
 #   bash scripts/check-newest.sh [VENV_DIR] [EXTRA_PIP_SPEC ...]    # default VENV_DIR: .venv-newest (git-ignored)
+#   PYTHON=/path/to/python3.13 bash scripts/check-newest.sh .venv-newest-313    # the newest Python too
 set -euo pipefail
 venv=${1:-.venv-newest}
 shift || true
