@@ -12,11 +12,10 @@ from typing import Any
 import torch
 
 
-def forward_params(model: Any) -> Any:
-    """The parameters of `model`'s class's forward (a peft wrapper's base model's: wrappers of an instance's forward,
-    such as accelerate's hooks, pass keywords through), or {} when unreadable."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return _params(type(base))
+def _own_class(model: Any) -> type:
+    """The class whose forward runs: a peft wrapper's base model's (wrappers of an instance's forward, such as
+    accelerate's hooks, pass keywords through)."""
+    return type(model.get_base_model() if hasattr(model, "get_base_model") else model)
 
 
 def _params(cls: type) -> Any:
@@ -26,13 +25,22 @@ def _params(cls: type) -> Any:
         return {}
 
 
+def forward_params(model: Any) -> Any:
+    """The parameters of `model`'s class's forward, or {} when unreadable."""
+    return _params(_own_class(model))
+
+
 def cache_keyword(model: Any) -> str:
     """The keyword `model`'s forward takes its KV cache by, and its output returns it as: `cache` from transformers
-    5.25 (where `past_key_values` is deprecated, to go in 5.40), `past_key_values` before. The first class up the
-    model's hierarchy whose forward names either decides (a subclass's forward may pass `**kwargs` on)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    for cls in type(base).__mro__:
-        params = _params(cls) if "forward" in vars(cls) else {}
+    5.25 (where `past_key_values` is deprecated, to go in 5.40), `past_key_values` before."""
+    return _cache_keyword_of(_own_class(model))
+
+
+@functools.cache  # read once per class: the decode asks at each model call
+def _cache_keyword_of(cls: type) -> str:
+    # the first class up the hierarchy whose forward names either decides (a subclass's may pass **kwargs on)
+    for c in cls.__mro__:
+        params = _params(c) if "forward" in vars(c) else {}
         if "cache" in params or "past_key_values" in params:
             return "cache" if "cache" in params else "past_key_values"
     return "past_key_values"
