@@ -21,7 +21,8 @@ uv venv -q --allow-existing "$venv" -p "${PYTHON:-3.11}"  # PYTHON: a version or
 links=()
 if [ -n "${PIP_FIND_LINKS:-}" ]; then links=(--find-links "$PIP_FIND_LINKS"); fi
 resolution=${RESOLUTION:-lowest-direct}
-uv pip install -q -p "$venv" --resolution "$resolution" "${links[@]}" "$@" -e . \
+# --upgrade: an existing venv is resolved again (kept versions would hide a new release or a floor)
+uv pip install -q -p "$venv" --upgrade --resolution "$resolution" "${links[@]}" "$@" -e . \
     "pytest>=8" "pytest-asyncio>=0.23" "pytest-timeout>=2.3" "pytest-xdist>=3.8"  # pyproject's addopts use -n
 "$venv/bin/python" - <<'EOF'
 from importlib.metadata import version

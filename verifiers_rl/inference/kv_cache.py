@@ -61,8 +61,9 @@ def _reserved_layer_class() -> type:  # defined on first use: transformers' cach
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-                shape = (*key_states.shape[:-2], self.capacity, key_states.shape[-1])
-                self._k, self._v = key_states.new_empty(shape), value_states.new_empty(shape)
+                # each by its own shape: an MLA layer (DeepSeek-V3) caches keys and values of different widths
+                self._k, self._v = (t.new_empty((*t.shape[:-2], self.capacity, t.shape[-1]))
+                                    for t in (key_states, value_states))
             end = self.length + key_states.shape[-2]
             self._k[..., self.length:end, :] = key_states
             self._v[..., self.length:end, :] = value_states

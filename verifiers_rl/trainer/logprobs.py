@@ -7,12 +7,16 @@ adapters and FSDP wrapping in play.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from typing import Any, Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from verifiers_rl.inference.truncation import keep_mask
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 23
 """Logit elements per chunk (32 MiB in fp32), rounded up to whole rows."""
@@ -158,18 +162,54 @@ def _unwrapped(model: torch.nn.Module) -> tuple[torch.nn.Module, Any, Any]:
 
 def _output_head(model: torch.nn.Module) -> Callable | None:
     """The module that turns last hidden states into logits, or None when the model's forward does more than
-    apply it (logit soft-capping, a logit scale) or takes no `logits_to_keep`: those keep the full-logits path."""
+    apply it (logit soft-capping, a logit scale such as Granite's `logits_scaling`, anything else its forward does
+    after the head: checked once per model) or takes no `logits_to_keep`: those keep the full-logits path."""
     import inspect
 
     inner, _, text = _unwrapped(model)
-    if getattr(text, "final_logit_softcapping", None) or getattr(text, "logit_scale", None) not in (None, 1, 1.0):
+    if getattr(text, "final_logit_softcapping", None) or any(
+            getattr(text, name, None) not in (None, 1, 1.0) for name in ("logit_scale", "logits_scaling")):
         return None
     get = getattr(inner, "get_output_embeddings", None)
     head = get() if callable(get) else None
     base = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
     if head is None or "logits_to_keep" not in inspect.signature(base.forward).parameters:
         return None
-    return head
+    try:
+        verdict = _head_verdicts[inner]
+    except KeyError:
+        verdict = _head_verdicts[inner] = _head_gives_logits(model, head)
+    except TypeError:  # not weak-referenceable: check every time
+        verdict = _head_gives_logits(model, head)
+    return head if verdict else None
+
+
+_head_verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> bool
+
+
+def _head_gives_logits(model: torch.nn.Module, head: Callable) -> bool:
+    """Whether `head` on the forward's last hidden state gives the forward's own logits (8 tokens, no grad,
+    dropout off), as the chunked path computes them."""
+    weight = getattr(head, "weight", None)
+    vocab = weight.shape[0] if isinstance(weight, torch.Tensor) and weight.ndim == 2 else 2
+    device = next(model.parameters()).device
+    ids = (torch.arange(8, device=device)[None] * 7 + 3) % vocab
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+            theirs = out.logits.float()
+            ours = head(_head_input(out.hidden_states[-1], head)).float()
+    finally:
+        model.train(was_training)
+    scale = max(1.0, float(theirs.abs().max()))
+    if ours.shape == theirs.shape and float((ours - theirs).abs().max()) <= 1e-3 * scale:
+        return True
+    log.warning("%s: its logits are not its output head on its last hidden state (a scale or cap after the head): "
+                "log-probs come from its full logits, without chunking or prompt packing",
+                type(_unwrapped(model)[0]).__name__)
+    return False
 
 
 def _packing_settings(model: torch.nn.Module) -> tuple[int, torch.dtype | None, bool] | None:

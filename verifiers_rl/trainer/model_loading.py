@@ -79,8 +79,12 @@ def disable_dropout(model: Any) -> None:
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout) and id(m) not in adapters:
             m.p = 0.0
-        if isinstance(getattr(m, "attention_dropout", None), float):  # Llama-style attention reads a float
-            m.attention_dropout = 0.0
+        # rates a layer passes to a functional dropout: Llama-style `attention_dropout`, Seed-OSS's
+        # `residual_dropout` (0.1 in its config), BLOOM's `hidden_dropout`, `resid_pdrop`, ...
+        for name, value in list(vars(m).items()):
+            if type(value) is float and value > 0 and ("dropout" in name or "pdrop" in name) \
+                    and not name.startswith("lora_"):
+                setattr(m, name, 0.0)
 
 
 def lora_targets(model: Any, asked: Any, default: bool) -> Any:
