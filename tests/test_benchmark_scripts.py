@@ -1,4 +1,5 @@
-"""Every script in benchmarks/ answers --help with its usage (they are not run in CI; their help is the door in)."""
+"""Every Python script in benchmarks/ and scripts/ answers --help with its usage (they are not run in CI; their help
+is the door in)."""
 
 import subprocess
 import sys
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(ROOT.glob("benchmarks/*.py")) + sorted(ROOT.glob("scripts/*.py"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
