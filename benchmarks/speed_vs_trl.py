@@ -17,7 +17,7 @@ Prints per pair the two times and their ratio, then the median ratio and the tra
 `--tail` steps on each side (mean over pairs +- s.e.).
 
     python benchmarks/speed_vs_trl.py [--workload short|digits|lora|wide|both|all] [--pairs 5] [--steps 12]
-                                      [--model DIR] [--threads N]
+                                      [--model DIR] [--threads N] [--local-async]
 """
 
 from __future__ import annotations
@@ -81,15 +81,16 @@ def digits_env():
     return letters_env("0123456789", rows)
 
 
-def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int, bf16: bool = False
-             ) -> tuple[float, list[float]]:
+def run_ours(model_dir: str, env, w: dict, steps: int, out: str, seed: int, bf16: bool = False,
+             local_async: bool = False) -> tuple[float, list[float]]:
     import verifiers_rl as vf
 
     args = vf.RLConfig(output_dir=out, max_steps=steps, batch_size=w["batch_size"], rollouts_per_example=w["group"],
                        micro_batch_size=w["batch_size"], max_tokens=w["max_tokens"], max_seq_len=256,
                        max_prompt_len=128, learning_rate=w["lr"], lr_scheduler_type="constant",
                        use_lora=not w["full"], temperature=1.0, save_strategy="no", seed=seed,
-                       sample_log_interval=0, logging_steps=1, report_to="none", bf16=bf16)
+                       sample_log_interval=0, logging_steps=1, report_to="none", bf16=bf16,
+                       local_async=local_async)
     trainer = vf.RLTrainer(model_dir, env, args)
     t0 = time.perf_counter()
     trainer.train()
@@ -156,7 +157,8 @@ def bench(name: str, model_dir: str, env, a) -> None:
                 order.reverse()
             got = {}
             for side, fn in order:
-                got[side] = fn(model_dir, env, w, a.steps, f"{tmp}/{name}-{side}-{pair}", a.seed + pair)
+                extra = {"local_async": True} if side == "ours" and a.local_async else {}
+                got[side] = fn(model_dir, env, w, a.steps, f"{tmp}/{name}-{side}-{pair}", a.seed + pair, **extra)
             (so, ro), (st, rt) = got["ours"], got["trl"]
             ours_s.append(so)
             trl_s.append(st)
@@ -166,7 +168,7 @@ def bench(name: str, model_dir: str, env, a) -> None:
             print(f"[{name}] pair {pair}: RLTrainer {so:.3f} s/step, TRL {st:.3f} s/step, ratio {so / st:.2f}",
                   flush=True)
     (mo, eo), (mt, et) = _mean_se(ours_r), _mean_se(trl_r)
-    print(f"\n[{name}] {'full' if w['full'] else 'LoRA r=8'}, {a.steps} steps, batch {w['batch_size']} = "
+    print(f"\n[{name}] {'full' if w['full'] else 'LoRA r=8'}{', local_async' if a.local_async else ''}, {a.steps} steps, batch {w['batch_size']} = "
           f"{w['batch_size'] // w['group']} x {w['group']}, max_tokens {w['max_tokens']}, lr {w['lr']}, "
           f"model {model_dir}")
     print(f"[{name}] median s/step: RLTrainer {statistics.median(ours_s):.3f}, TRL {statistics.median(trl_s):.3f}")
@@ -188,6 +190,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="torch intra-op threads for both trainers (0: torch's default). On a loaded machine the "
                         "default OpenMP threads of a main-thread generate stall on each other: 1 compares fairly")
+    p.add_argument("--local-async", action="store_true",
+                   help="RLTrainer with local_async=True: the local engine generates step k+1 on a copy of the policy "
+                        "while step k trains (one step off-policy; not the default)")
     a = p.parse_args()
     if a.threads:
         os.environ["OMP_NUM_THREADS"] = str(a.threads)  # before torch loads: worker threads read it too
