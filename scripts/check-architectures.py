@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import traceback
@@ -91,22 +90,13 @@ KNOWN_VLLM = {
 
 def build(name: str, tiny: Path, out: Path) -> Path | None:
     """The architecture's tiny random model with the tiny tokenizer in `out`; None when transformers lacks it."""
-    import torch
     import transformers
+
+    from verifiers_rl.models.tiny import build_random_model
 
     cls_name, extra = ARCHS[name]
     cls = getattr(transformers, cls_name, None)
-    if cls is None:
-        return None
-    tok = json.loads((tiny / "config.json").read_text())
-    ids = dict(vocab_size=tok["vocab_size"], eos_token_id=tok["eos_token_id"], pad_token_id=tok.get("pad_token_id"))
-    config = cls(**{**BASE, **extra, **ids})
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(out)
-    for f in tiny.iterdir():
-        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
-            shutil.copy(f, out / f.name)
-    return out
+    return None if cls is None else build_random_model(out, cls, tiny, **{**BASE, **extra})
 
 
 def reverse_env():

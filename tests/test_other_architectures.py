@@ -7,7 +7,6 @@ policy trains without dropout (the sampler has none), so its log-probs match the
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -16,6 +15,7 @@ import transformers as T  # noqa: E402
 
 import verifiers_rl as vf  # noqa: E402
 from verifiers_rl.errors import ConfigError  # noqa: E402
+from verifiers_rl.models.tiny import build_random_model  # noqa: E402
 from verifiers_rl.trainer.config_fields import DEFAULT_LORA_TARGET_MODULES  # noqa: E402
 from verifiers_rl.trainer.model_loading import disable_dropout, lora_targets  # noqa: E402
 
@@ -25,24 +25,18 @@ SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 
 def build(kind: str, tiny_model_dir, out):
     """A random model of `kind` with the tiny tokenizer (vocab, EOS and pad ids), saved in `out`."""
-    tok = json.loads((tiny_model_dir / "config.json").read_text())
-    ids = dict(vocab_size=tok["vocab_size"], eos_token_id=tok["eos_token_id"], pad_token_id=tok.get("pad_token_id"))
-    cfg = {"gpt2": lambda: T.GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=512, **ids),
-           "phi3": lambda: T.Phi3Config(**SIZES, **ids),
-           "gpt_neox": lambda: T.GPTNeoXConfig(**SIZES, **ids),
-           "llama": lambda: T.LlamaConfig(**SIZES, attention_dropout=0.1, **ids),
-           "granite": lambda: T.GraniteConfig(**SIZES, logits_scaling=4.0, **ids),
-           "seed_oss": lambda: T.SeedOssConfig(**SIZES, num_key_value_heads=2, head_dim=32, **ids),  # dropout 0.1
-           "deepseek_v3": lambda: T.DeepseekV3Config(
-               **SIZES, num_key_value_heads=2, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-               first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
-               v_head_dim=16, n_group=1, topk_group=1, **ids)}[kind]()
-    torch.manual_seed(0)
-    T.AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
-    for f in tiny_model_dir.iterdir():
-        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
-            shutil.copy(f, out / f.name)
-    return out
+    config_class, config = {
+        "gpt2": (T.GPT2Config, dict(n_embd=64, n_layer=2, n_head=2, n_positions=512)),
+        "phi3": (T.Phi3Config, SIZES),
+        "gpt_neox": (T.GPTNeoXConfig, SIZES),
+        "llama": (T.LlamaConfig, dict(SIZES, attention_dropout=0.1)),
+        "granite": (T.GraniteConfig, dict(SIZES, logits_scaling=4.0)),
+        "seed_oss": (T.SeedOssConfig, dict(SIZES, num_key_value_heads=2, head_dim=32)),  # dropout 0.1
+        "deepseek_v3": (T.DeepseekV3Config, dict(
+            SIZES, num_key_value_heads=2, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
+            v_head_dim=16, n_group=1, topk_group=1))}[kind]
+    return build_random_model(out, config_class, tiny_model_dir, **config)
 
 
 def test_default_lora_targets_become_all_linear_where_the_model_lacks_them(tiny_model_dir, tmp_path, capsys):

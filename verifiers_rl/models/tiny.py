@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|pad|>")
 EOS_TOKEN = "<|im_end|>"
@@ -166,4 +167,28 @@ def build_tiny_model(
     cfg = json.loads(cfg_path.read_text())
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    return out
+
+
+def build_random_model(out_dir: str | Path, config_class: Any, tokenizer_from: str | Path, *, seed: int = 0,
+                       **config: Any) -> Path:
+    """Write a random-init model of another architecture (`config_class`: a transformers config class, built with
+    `config`) that speaks the tiny model's tokenizer in `tokenizer_from` (its vocabulary size, EOS and pad ids, and
+    its tokenizer files copied beside it) to `out_dir`; return the path."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    source = Path(tokenizer_from)
+    ids = json.loads((source / "config.json").read_text())
+    model_config = config_class(**config, vocab_size=ids["vocab_size"], eos_token_id=ids["eos_token_id"],
+                                pad_token_id=ids.get("pad_token_id"))
+    out = Path(out_dir)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        AutoModelForCausalLM.from_config(model_config).save_pretrained(out)
+    for f in source.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy(f, out / f.name)
     return out
