@@ -134,6 +134,33 @@ def test_weights_changed_in_place_are_seen():
     assert torch.allclose(ours, ref, atol=1e-5, rtol=0)
 
 
+def test_the_steps_weight_copies_follow_every_change_of_the_weights(monkeypatch):
+    """On CPU the step reads [in, out] copies of the weights: made once per state of the weights (not per step),
+    again after an optimizer step, and after a weight sync even when the weights were rewritten through `.data`
+    (which moves no version counter); over its memory budget the step reads the modules' own."""
+    from verifiers_rl.inference import decode_step
+    from verifiers_rl.inference.weight_sync import SharedWeights
+
+    model = _model("qwen3")
+    step = DecodeStep.for_model(model)
+    ref, ours = _logits_both_ways(model, step)
+    copies = step._transposed()
+    assert copies is not None and step._transposed() is copies  # six steps, one set of copies
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.1)
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    ref, ours = _logits_both_ways(model, step)
+    assert torch.allclose(ours, ref, atol=1e-5, rtol=0)
+    for p in model.parameters():
+        p.data.mul_(1.1)
+    SharedWeights("policy").sync(model, 2)
+    ref, ours = _logits_both_ways(model, step)
+    assert torch.allclose(ours, ref, atol=1e-5, rtol=0)
+    monkeypatch.setattr(decode_step, "TRANSPOSED_BUDGET", 0)
+    small = DecodeStep.for_model(_model("qwen3"))
+    assert small is not None and small._transposed() is None
+
+
 def test_lora_wrapped_or_sliding_window_models_keep_their_forward():
     import transformers as tf
     from peft import LoraConfig, get_peft_model

@@ -32,7 +32,9 @@ class SharedWeights(WeightSync):
         return self._name
 
     def sync(self, model: Any, version: int) -> None:
-        return None
+        from verifiers_rl.inference.decode_step import weights_changed
+
+        weights_changed()  # the decode step's copies of the weights (an update through `.data` moves no version)
 
 
 class SnapshotWeights(SharedWeights):
