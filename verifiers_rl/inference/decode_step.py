@@ -159,8 +159,8 @@ class DecodeStep:
 
     def _transposed(self) -> list[torch.Tensor] | None:
         """The layers' (q, k, v, o, gate, up, down) weights and the head's as [in, out] copies, or None (the
-        modules' own): on CPU a one-token step's small matmuls read that layout faster (10-16 % of a decode of the
-        wide benchmark model). Rewritten whenever a weight's storage or version counter moved or a weight sync
+        modules' own): on CPU a one-token step's small matmuls read that layout faster (a decode of the 6 x 256
+        benchmark model 0.84-0.95x at 2-64 rows: docs/benchmarks.md). Rewritten whenever a weight's storage or version counter moved or a weight sync
         happened, so a step always computes with the current weights."""
         weights = [m.weight for m in self._linears] if self._linears is not None else []
         if not weights or weights[0].device.type != "cpu":
