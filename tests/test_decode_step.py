@@ -144,8 +144,10 @@ def test_the_steps_weight_copies_follow_every_change_of_the_weights(monkeypatch)
     model = _model("qwen3")
     step = DecodeStep.for_model(model)
     ref, ours = _logits_both_ways(model, step)
-    copies = step._transposed()
-    assert copies is not None and step._transposed() is copies  # six steps, one set of copies
+    read = step._step_weights()
+    q_proj = model.model.layers[0].self_attn.q_proj.weight
+    assert read[0][0].q.data_ptr() != q_proj.data_ptr() and torch.equal(read[0][0].q, q_proj.t())  # a copy
+    assert step._step_weights() is read  # six steps, one set of copies
     for p in model.parameters():
         p.grad = torch.full_like(p, 0.1)
     torch.optim.SGD(model.parameters(), lr=0.5).step()
@@ -157,8 +159,10 @@ def test_the_steps_weight_copies_follow_every_change_of_the_weights(monkeypatch)
     ref, ours = _logits_both_ways(model, step)
     assert torch.allclose(ours, ref, atol=1e-5, rtol=0)
     monkeypatch.setattr(decode_step, "TRANSPOSED_BUDGET", 0)
-    small = DecodeStep.for_model(_model("qwen3"))
-    assert small is not None and small._transposed() is None
+    model = _model("qwen3")
+    small = DecodeStep.for_model(model)
+    assert small is not None
+    assert small._step_weights()[0][0].q.data_ptr() == model.model.layers[0].self_attn.q_proj.weight.data_ptr()
 
 
 def test_lora_wrapped_or_sliding_window_models_keep_their_forward():
@@ -170,6 +174,16 @@ def test_lora_wrapped_or_sliding_window_models_keep_their_forward():
     assert DecodeStep.for_model(lora.get_base_model()) is None  # its q_proj is a LoRA layer now
     windowed = tf.AutoModelForCausalLM.from_config(tf.MistralConfig(sliding_window=4, **SMALL))
     assert DecodeStep.for_model(windowed) is None
+
+
+def test_q_and_k_norms_of_different_epsilons_keep_the_models_forward(caplog):
+    """The step normalizes q and k heads in one op, so it takes only models whose two norms share an epsilon; others
+    are refused up front, not by the numeric check (which would warn)."""
+    odd = _model("qwen3")
+    odd.model.layers[1].self_attn.k_norm.variance_epsilon = 1e-3
+    with caplog.at_level("WARNING"):
+        assert DecodeStep.for_model(odd) is None
+    assert not caplog.records
 
 
 def test_a_model_that_computes_differently_is_refused_with_one_line(caplog):

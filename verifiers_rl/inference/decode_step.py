@@ -36,13 +36,13 @@ def weights_changed() -> None:
     _synced += 1
 
 
-def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
+def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     if x.dtype == torch.float32:  # one fused op (the same sum, another rounding order)
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     # HF's LlamaRMSNorm exactly: normalize in float32, cast back, then scale
     h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return h.to(x.dtype) if weight is None else weight * h.to(x.dtype)
 
 
 def key_padding_bias(attention: torch.Tensor, width: int) -> torch.Tensor:
@@ -68,6 +68,39 @@ class _Layer(NamedTuple):
     scale: float
 
 
+class _Weights(NamedTuple):
+    """One layer's tensors as the forward reads them, gathered once per state of the weights (module attribute reads
+    cost a microsecond each, per token): the projections as [in, out] matrices (`DecodeStep._matrices`), their
+    biases or None, the norms' weights (q_norm and k_norm None where the model has none), epsilons and scale."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+    q_bias: torch.Tensor | None
+    k_bias: torch.Tensor | None
+    v_bias: torch.Tensor | None
+    o_bias: torch.Tensor | None
+    norm_in: torch.Tensor
+    norm_post: torch.Tensor
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    eps_in: float
+    eps_post: float
+    eps_qk: float
+    scale: float
+
+
+def _layer_weights(refs: _Layer, mats: Sequence[torch.Tensor]) -> _Weights:
+    qn, kn = refs.q_norm, refs.k_norm
+    return _Weights(*mats, refs.q.bias, refs.k.bias, refs.v.bias, refs.o.bias, refs.norm_in.weight,
+                    refs.norm_post.weight, None if qn is None else qn.weight, None if kn is None else kn.weight,
+                    refs.norm_in.variance_epsilon, refs.norm_post.variance_epsilon,
+                    0.0 if qn is None else qn.variance_epsilon, refs.scale)
+
+
 def _layer_refs(layer: Any) -> _Layer | None:
     a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     names = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -82,6 +115,9 @@ def _layer_refs(layer: Any) -> _Layer | None:
              getattr(a, "k_norm", None))
     if not all(x is None or hasattr(x, "variance_epsilon") for x in norms):
         return None
+    qn, kn = norms[2:]
+    if (qn is None) != (kn is None) or qn is not None and qn.variance_epsilon != kn.variance_epsilon:
+        return None  # the step normalizes q and k heads together
     return _Layer(a.q_proj, a.k_proj, a.v_proj, a.o_proj, *mlp, *norms, float(a.scaling))
 
 
@@ -98,10 +134,10 @@ class DecodeStep:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self._tables: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}  # (dtype, device) -> rotary cos, sin
         self._static_rope = getattr(inner.rotary_emb, "rope_type", None) in _STATIC_ROPE
-        linears = [m for refs in layers for m in refs[:7]] + [model.lm_head]
-        big = sum(m.weight.numel() * m.weight.element_size() for m in linears) > TRANSPOSED_BUDGET
-        self._linears = None if big else linears
-        self._copies: tuple[Any, list[torch.Tensor]] = (None, [])  # (the weights' state, their [in, out] copies)
+        self._linears = [m for refs in layers for m in refs[:7]] + [model.lm_head]
+        self._copy = sum(m.weight.numel() * m.weight.element_size() for m in self._linears) <= TRANSPOSED_BUDGET
+        self._copies: list[torch.Tensor] = []  # the [in, out] copies' buffers, rewritten in place
+        self._read: tuple[Any, Any] = (None, None)  # (the weights' state, what `_step_weights` made of it)
 
     @staticmethod
     def for_model(model: Any) -> DecodeStep | None:
@@ -144,35 +180,44 @@ class DecodeStep:
         cos, sin = self._rotary_at(x, positions, bias.shape[-1])
         K = cache.layers[0].length + 1
         bias = bias[:, :, :K]
-        wt = self._transposed()
-        for i, (refs, layer) in enumerate(zip(self.layers, cache.layers)):
-            w = wt[7 * i: 7 * i + 7] if wt else _ORIGINAL
-            q, k, v = self._qkv(refs, x, cos, sin, w)
+        layers, head = self._step_weights()
+        fp32 = x.dtype == torch.float32
+        for w, layer in zip(layers, cache.layers):
+            q, k, v = self._qkv(w, x, cos, sin)
             keys, values = layer.update(k[:, :, None], v[:, :, None])  # [B, Hkv, K, D] each
             # grouped query heads: head j reads kv head j // (H / Hkv), as HF's repeat_kv; bias and scale fused
             scores = torch.baddbmm(bias, q.reshape(B * Hkv, H // Hkv, D), keys.reshape(B * Hkv, K, D).mT,
-                                   alpha=refs.scale)
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            x = _residual_linear(x, torch.bmm(probs, values.reshape(B * Hkv, K, D)).view(B, H * D), refs.o, w[3])
-            x = _mlp_residual(refs, x, w)
-        return _linear(_rms(x, self.inner.norm), self.lm_head, wt[-1] if wt else None)
+                                   alpha=w.scale)
+            probs = torch.softmax(scores, -1) if fp32 else torch.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
+            x = _residual_linear(x, torch.bmm(probs, values.reshape(B * Hkv, K, D)).view(B, H * D), w.o, w.o_bias)
+            x = _mlp_residual(w, x)
+        norm, eps, mat, head_bias = head
+        return _linear(_rms(x, norm, eps), mat, head_bias)
 
-    def _transposed(self) -> list[torch.Tensor] | None:
-        """The layers' (q, k, v, o, gate, up, down) weights and the head's as [in, out] copies, or None (the
-        modules' own): on CPU a one-token step's small matmuls read that layout faster (a decode of the 6 x 256
-        benchmark model 0.84-0.95x at 2-64 rows: docs/benchmarks.md). Rewritten whenever a weight's storage or version counter moved or a weight sync
-        happened, so a step always computes with the current weights."""
-        weights = [m.weight for m in self._linears] if self._linears is not None else []
-        if not weights or weights[0].device.type != "cpu":
-            return None
+    def _step_weights(self) -> tuple[list[_Weights], tuple]:
+        """Every layer's `_Weights` and the output's (final norm weight, its epsilon, head matrix, head bias) for
+        `step`, made again whenever a weight's storage or version counter moved or a weight sync happened, so a step
+        always computes with the current weights."""
+        weights = [m.weight for m in self._linears]
         state = (_synced, [(w.data_ptr(), w._version, w.dtype) for w in weights])
-        if state != self._copies[0]:
-            with torch.inference_mode():  # into the same buffers each time: no allocation per optimizer step
-                old = self._copies[1]
-                if not old or old[0].dtype != weights[0].dtype:
-                    old = [w.new_empty(w.shape[::-1]) for w in weights]
-                self._copies = (state, [a.copy_(w.t()) for a, w in zip(old, weights)])
-        return self._copies[1]
+        if state != self._read[0]:
+            mats = self._matrices(weights)
+            layers = [_layer_weights(refs, mats[7 * i: 7 * i + 7]) for i, refs in enumerate(self.layers)]
+            norm = self.inner.norm
+            self._read = (state, (layers, (norm.weight, norm.variance_epsilon, mats[-1], self.lm_head.bias)))
+        return self._read[1]
+
+    def _matrices(self, weights: list[torch.Tensor]) -> list[torch.Tensor]:
+        """`weights` as [in, out] matrices: on CPU copies (a one-token step's small matmuls read that layout faster:
+        a decode of the 6 x 256 benchmark model 0.84-0.95x at 2-64 rows, docs/benchmarks.md), rewritten into the
+        same buffers each time; elsewhere, or over `TRANSPOSED_BUDGET`, views of the weights themselves."""
+        if not self._copy or weights[0].device.type != "cpu":
+            return [w.t() for w in weights]
+        with torch.inference_mode():  # into the same buffers each time: no allocation per optimizer step
+            old = self._copies
+            if not old or old[0].dtype != weights[0].dtype:
+                old = self._copies = [w.new_empty(w.shape[::-1]) for w in weights]
+            return [a.copy_(w.t()) for a, w in zip(old, weights)]
 
     def prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
                 known: tuple | None = None) -> torch.Tensor:
@@ -192,8 +237,10 @@ class DecodeStep:
         allowed = attention[:, None, :W].bool() & torch.ones((T, W), dtype=torch.bool, device=x.device).tril(W - T)
         mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(
             ~allowed, torch.finfo(x.dtype).min)[:, None]  # [B, 1, T, W]; rows of queries not computed are not read
+        views = [m.weight.t() for m in self._linears[:-1]]  # compute-bound here: the modules' own weights
         for i, (refs, layer) in enumerate(zip(self.layers, cache.layers)):
-            q, k, v = self._qkv(refs, x, cos, sin, _ORIGINAL)
+            w = _layer_weights(refs, views[7 * i: 7 * i + 7])
+            q, k, v = self._qkv(w, x, cos, sin)
             if known is None:
                 kv = x.new_zeros((B * T, 2 * Hkv, D))
             else:
@@ -202,10 +249,12 @@ class DecodeStep:
             keys, values = layer.update(*kv.view(B, T, 2 * Hkv, D).transpose(1, 2).split(Hkv, dim=1))
             q = x.new_zeros((B * T, H, D)).index_copy_(0, idx, q).view(B, T, H, D).transpose(1, 2)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=refs.scale, enable_gqa=True)
-            x = _residual_linear(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), refs.o)
-            x = _mlp_residual(refs, x, _ORIGINAL)
+            x = _residual_linear(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), w.o, w.o_bias)
+            x = _mlp_residual(w, x)
         last = todo.sum(-1).cumsum(0) - 1  # each row's last column is computed (never padding or the prefix)
-        return F.linear(_rms(x.index_select(0, last), self.inner.norm), self.lm_head.weight, self.lm_head.bias)
+        norm = self.inner.norm
+        return F.linear(_rms(x.index_select(0, last), norm.weight, norm.variance_epsilon), self.lm_head.weight,
+                        self.lm_head.bias)
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sign-folded sin [n, 1, D] for `positions` [n], shared by every layer:
@@ -227,18 +276,17 @@ class DecodeStep:
             table = self._tables[(x.dtype, x.device)] = self._rotary(x, torch.arange(width, device=x.device))
         return table[0].index_select(0, positions), table[1].index_select(0, positions)
 
-    def _qkv(self, refs: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, w: Sequence):
-        """A layer's q [n, H, D], k and v [n, Hkv, D] for hidden states x [n, hidden], rotated (`w`: its weights
-        from `_transposed`, or `_ORIGINAL`)."""
+    def _qkv(self, w: _Weights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """A layer's q [n, H, D], k and v [n, Hkv, D] for hidden states x [n, hidden], rotated."""
         n, H, Hkv, D = len(x), self.heads, self.kv_heads, self.head_dim
-        h = _rms(x, refs.norm_in)
-        q = _linear(h, refs.q, w[0]).view(n, H, D)
-        k = _linear(h, refs.k, w[1]).view(n, Hkv, D)
-        if refs.q_norm is not None:
-            q, k = _rms(q, refs.q_norm), _rms(k, refs.k_norm)
-        qk = torch.cat((q, k), dim=1)
+        h = _rms(x, w.norm_in, w.eps_in)
+        qk = torch.cat((_linear(h, w.q, w.q_bias).view(n, H, D), _linear(h, w.k, w.k_bias).view(n, Hkv, D)), dim=1)
+        if w.q_norm is not None:  # q's and k's per-head norms as one (the same epsilon), then each one's weight
+            qk = _rms(qk, None, w.eps_qk)
+            qk[:, :H] *= w.q_norm
+            qk[:, H:] *= w.k_norm
         q, k = torch.addcmul(qk * cos, qk.roll(D // 2, dims=-1), sin).split((H, Hkv), dim=1)
-        return q, k, _linear(h, refs.v, w[2]).view(n, Hkv, D)
+        return q, k, _linear(h, w.v, w.v_bias).view(n, Hkv, D)
 
     def _matches(self, model: Any) -> bool:
         """Two rows (one left-padded): this prefill's and three decode steps' logits against the model's forward."""
@@ -277,23 +325,16 @@ class DecodeStep:
         return True
 
 
-_ORIGINAL = (None,) * 7  # a layer's weights read from its modules
+def _mlp_residual(w: _Weights, x: torch.Tensor) -> torch.Tensor:
+    h = _rms(x, w.norm_post, w.eps_post)
+    return _residual_linear(x, F.silu(torch.mm(h, w.gate)).mul_(torch.mm(h, w.up)), w.down, None)
 
 
-def _mlp_residual(refs: _Layer, x: torch.Tensor, w: Sequence) -> torch.Tensor:
-    h = _rms(x, refs.norm_post)
-    return _residual_linear(x, F.silu(_linear(h, refs.gate, w[4])) * _linear(h, refs.up, w[5]), refs.down, w[6])
+def _linear(h: torch.Tensor, mat: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """h @ mat (+ bias) for 2-D h and an [in, out] `mat`."""
+    return torch.mm(h, mat) if bias is None else torch.addmm(bias, h, mat)
 
 
-def _linear(h: torch.Tensor, lin: Any, wt: torch.Tensor | None) -> torch.Tensor:
-    """lin(h) for 2-D h; `wt`: lin's weight as an [in, out] copy, or None (its own)."""
-    if wt is None:
-        return F.linear(h, lin.weight, lin.bias)
-    return torch.mm(h, wt) if lin.bias is None else torch.addmm(lin.bias, h, wt)
-
-
-def _residual_linear(x: torch.Tensor, h: torch.Tensor, lin: Any, wt: torch.Tensor | None = None) -> torch.Tensor:
-    """x + lin(h) for 2-D x, as one fused op where the layer has no bias."""
-    if lin.bias is None:
-        return torch.addmm(x, h, lin.weight.t() if wt is None else wt)
-    return x + _linear(h, lin, wt)
+def _residual_linear(x: torch.Tensor, h: torch.Tensor, mat: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x + h @ mat (+ bias) for 2-D x, as one fused op where there is no bias."""
+    return torch.addmm(x, h, mat) if bias is None else x + _linear(h, mat, bias)
