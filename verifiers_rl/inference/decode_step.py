@@ -283,8 +283,8 @@ class DecodeStep:
         qk = torch.cat((_linear(h, w.q, w.q_bias).view(n, H, D), _linear(h, w.k, w.k_bias).view(n, Hkv, D)), dim=1)
         if w.q_norm is not None:  # q's and k's per-head norms as one (the same epsilon), then each one's weight
             qk = _rms(qk, None, w.eps_qk)
-            qk[:, :H] *= w.q_norm
-            qk[:, H:] *= w.k_norm
+            qk[:, :H].mul_(w.q_norm)  # in place through the views (`qk[...] *=` would copy the slice back)
+            qk[:, H:].mul_(w.k_norm)
         q, k = torch.addcmul(qk * cos, qk.roll(D // 2, dims=-1), sin).split((H, Hkv), dim=1)
         return q, k, _linear(h, w.v, w.v_bias).view(n, Hkv, D)
 
