@@ -2,9 +2,10 @@
 loop.
 
 At the local engine's sizes, HF's per-token overhead costs more than the matmuls; this runs the same arithmetic from the
-model's own weights (gathered again whenever one moved, so every optimizer step and weight sync is seen). `DecodeStep.for_model` returns None for anything else
-(LoRA-wrapped layers, sliding windows, biases, meta weights) or when it does not match the model's own forward on a
-small input (checked once per model); the loop then calls the model.
+model's own weights (gathered again whenever one moved, so every optimizer step and weight sync is seen).
+`DecodeStep.for_model` returns None for anything else (LoRA-wrapped layers, sliding windows, MLP biases, meta weights)
+or when it does not match the model's own forward on a small input (checked once per model); the loop then calls the
+model.
 """
 
 from __future__ import annotations
