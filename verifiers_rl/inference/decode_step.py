@@ -26,7 +26,7 @@ _FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn"}
 _verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> DecodeStep | None
 TRANSPOSED_BUDGET = 1 << 30
-"""Bytes of CPU linear weights up to which a step keeps [in, out] copies of them (`DecodeStep._transposed`)."""
+"""Bytes of CPU linear weights up to which a step keeps [in, out] copies of them (`DecodeStep._matrices`)."""
 _synced = 0  # weight syncs so far (`weights_changed`): part of every step's check of its copies
 
 
@@ -249,7 +249,7 @@ class DecodeStep:
             kv.index_copy_(0, idx, torch.cat((k, v), dim=1))
             keys, values = layer.update(*kv.view(B, T, 2 * Hkv, D).transpose(1, 2).split(Hkv, dim=1))
             q = x.new_zeros((B * T, H, D)).index_copy_(0, idx, q).view(B, T, H, D).transpose(1, 2)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=refs.scale, enable_gqa=True)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=w.scale, enable_gqa=True)
             x = _residual_linear(x, out.transpose(1, 2).reshape(B * T, H * D).index_select(0, idx), w.o, w.o_bias)
             x = _mlp_residual(w, x)
         last = todo.sum(-1).cumsum(0) - 1  # each row's last column is computed (never padding or the prefix)
