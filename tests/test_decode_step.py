@@ -106,7 +106,7 @@ def test_the_prefill_gives_the_logits_and_cache_of_the_models_forward(kind):
         ref = model(input_ids=ids, attention_mask=att, position_ids=pos, **{cache_keyword(model): theirs},
                     use_cache=True).logits[:, -1]
         ours = reserved_cache(model, W)
-        known = _fill_prefix(model, ours, ids, att, start, {})
+        known = _fill_prefix(model, ours, ids, att, start, {}, step)  # the prefix by the engine's prefill too
         assert known[0][att[:, start:].bool()].any()  # some real columns after `start` are not computed again
         got = step.prefill(ids[:, start:], att, pos[:, start:], ours, known)
     assert torch.allclose(got, ref, atol=1e-5, rtol=0)

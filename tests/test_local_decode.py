@@ -180,8 +180,8 @@ def _left_padded(rows: list[torch.Tensor], pad: int = 0) -> tuple[torch.Tensor, 
 @pytest.mark.parametrize("own_step", [False, True], ids=["model-forward", "padding-free-prefill"])
 def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkeypatch, own_step):
     """Prompts sharing a 30-token prefix (two of them identical): the prefix runs once, then only the columns after
-    it (through the model's forward, or the engine's own prefill over the real tokens only); the logits and every
-    real position's keys and values match a plain forward over all rows."""
+    it (both through the model's forward, or both through the engine's own prefill, over the real tokens only); the
+    logits and every real position's keys and values match a plain forward over all rows."""
     from transformers import AutoModelForCausalLM
 
     from verifiers_rl.inference import decode_step, local_decode
@@ -198,7 +198,7 @@ def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkey
     forward = model.forward
 
     def recording_forward(*a, **kw):
-        shapes.append(tuple(kw["input_ids"].shape))
+        shapes.append(("forward", tuple(kw["input_ids"].shape)))
         return forward(*a, **kw)
 
     step = decode_step.DecodeStep.for_model(model) if own_step else None
@@ -206,7 +206,7 @@ def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkey
     own_prefill = decode_step.DecodeStep.prefill
 
     def recording_prefill(self, input_ids, *a):
-        shapes.append(tuple(input_ids.shape))
+        shapes.append(("prefill", tuple(input_ids.shape)))
         return own_prefill(self, input_ids, *a)
 
     monkeypatch.setattr(model, "forward", recording_forward)
@@ -217,7 +217,9 @@ def test_a_prefix_common_to_every_prompt_is_computed_once(tiny_model_dir, monkey
         theirs = reserved_cache(model, ids.shape[1] + 4)
         ref = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     **{cache_keyword(model): theirs})
-    assert shapes[:2] == [(1, 30), (4, 20)]  # the prefix once, then four distinct prompts' last 20 columns
+    # the prefix once, then four distinct prompts' last 20 columns
+    by = "prefill" if own_step else "forward"
+    assert shapes[:2] == [(by, (1, 30)), (by, (4, 20))]
     assert torch.allclose(logits, ref.logits[:, -1], atol=1e-5)
     real = attention.bool()
     for a, b in zip(ours.layers, theirs.layers):

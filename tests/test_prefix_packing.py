@@ -116,6 +116,24 @@ def test_packed_forward_matches_padded_rows_and_their_gradients(tiny_model_dir, 
     assert packing_matches(model, ids, attn, 0.8, prompt_lens=plens, pad_id=PAD) is True
 
 
+def test_the_check_runs_on_two_rollouts_of_two_prompts_cut_short(tiny_model_dir):
+    """The check runs inside a run's first step: its two forwards see two rollouts of each of the first two shared
+    prompts, each cut to its prompt and first CHECK_TOKENS completion tokens, and still match."""
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.trainer.logprobs import CHECK_TOKENS
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, attn, _, plens = _batch()  # groups of 3 and 2 rollouts; prompts of 7 and 4 tokens
+    seen = []
+    model.model.register_forward_pre_hook(lambda _, a, kw: seen.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    assert packing_matches(model, ids, attn, 1.0, prompt_lens=plens, pad_id=PAD) is True
+    width = max(min(n, p + CHECK_TOKENS) for n, p in zip(attn.sum(-1).tolist()[:5], plens))
+    assert width < ids.shape[1]
+    # (after the output head's own once-per-model check) padded rows 0, 1, 3, 4; then one packed row a prompt
+    assert seen[-2:] == [(4, width), (2, 7 + 5 + CHECK_TOKENS)]
+
+
 def test_a_model_that_ignores_position_ids_fails_the_check(tiny_model_dir):
     """The trainer compares packed and padded log-probs once before packing: a model that numbers positions its
     own way (here: position_ids dropped) must fail that comparison."""

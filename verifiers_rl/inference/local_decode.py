@@ -59,7 +59,7 @@ def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, posit
         first, inverse = shared
         input_ids, attention, positions = input_ids[first], attention[first], positions[first]
     start = _shared_prefix(input_ids, attention)
-    known = _fill_prefix(model, cache, input_ids, attention, start, extra, fast is not None) if start else None
+    known = _fill_prefix(model, cache, input_ids, attention, start, extra, fast) if start else None
     if fast is not None:
         logits = fast.prefill(input_ids[:, start:], attention, positions[:, start:], cache, known)
     else:
@@ -73,17 +73,23 @@ def _prefill(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, posit
 
 
 def _fill_prefix(model: Any, cache: Any, input_ids: torch.Tensor, attention: torch.Tensor, start: int,
-                 extra: dict, later_too: bool = True) -> tuple[torch.Tensor, list] | None:
-    """Compute the common prefix once and write its keys and values into columns [0, start) of every row
-    (a row's padding columns get copies of the first token's: masked, but finite). With `later_too`, returns
-    what rows whose prefix runs past `start` hold in the later columns (for `DecodeStep.prefill`): which of
-    those [B, W - start] are prefix tokens, and each layer's keys and values there [B, H, W - start, D]."""
+                 extra: dict, fast: DecodeStep | None = None) -> tuple[torch.Tensor, list] | None:
+    """Compute the common prefix once (by `fast`'s prefill where there is one: the model's forward costs more
+    per call) and write its keys and values into columns [0, start) of every row (a row's padding columns get
+    copies of the first token's: masked, but finite). With `fast`, returns what rows whose prefix runs past
+    `start` hold in the later columns (for `DecodeStep.prefill`): which of those [B, W - start] are prefix
+    tokens, and each layer's keys and values there [B, H, W - start, D]."""
     pads = input_ids.shape[1] - attention.sum(-1)
     longest = int(pads.argmin())
     prefix = input_ids[longest, int(pads[longest]):start]
     own = reserved_cache(model, len(prefix))
-    model(input_ids=prefix[None], position_ids=torch.arange(len(prefix), device=prefix.device)[None],
-          use_cache=True, **{cache_keyword(model): own}, **extra)
+    positions = torch.arange(len(prefix), device=prefix.device)[None]
+    if fast is not None:
+        fast.prefill(prefix[None], torch.ones_like(prefix)[None], positions, own)
+    else:
+        model(input_ids=prefix[None], position_ids=positions, use_cache=True, **{cache_keyword(model): own},
+              **extra)
+    later_too = fast is not None
     width = input_ids.shape[1] if later_too else start
     offset = torch.arange(width, device=pads.device)[None] - pads[:, None]  # [B, width]
     src = offset.clamp(0, len(prefix) - 1)  # row i's column c holds prefix token c - pad_i

@@ -311,11 +311,15 @@ def _packed_logprobs(model: torch.nn.Module, head: Callable, packed: Any, input_
                    with_entropy, DEFAULT_CHUNK_ELEMENTS, truncation)
 
 
+CHECK_TOKENS = 8  # completion tokens per rollout in `packing_matches`
+
+
 def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     temperature: float, *, prompt_lens: list[int], pad_id: int, atol: float | None = None,
                     dtype: torch.dtype | None = None) -> bool | None:
-    """Whether the packed forward matches the padded one (no grad) on a few rollouts of the first shared prompts;
-    None when no prompt is shared or the model cannot be packed. `atol` None: `dtype`'s (else the model's)."""
+    """Whether the packed forward matches the padded one (no grad) on two rollouts each of the first two shared
+    prompts, cut to their first `CHECK_TOKENS` completion tokens (the layout is what is compared, inside a run's first
+    step); None when no prompt is shared or the model cannot be packed. `atol` None: `dtype`'s (else the model's)."""
 
     settings = _packing_settings(model)
     head = _output_head(model)
@@ -325,11 +329,14 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
 
     lengths = attention_mask.sum(-1).tolist()
     shared = [g for g in group_rows(input_ids, lengths, list(prompt_lens)) if len(g) > 1][:2]
-    rows = sorted(b for g in shared for b in g[:3])
+    rows = sorted(b for g in shared for b in g[:2])
     if not rows:
         return None
-    width = max(lengths[b] for b in rows)
-    input_ids, attention_mask = input_ids[rows, :width], attention_mask[rows, :width]
+    ends = [min(lengths[b], prompt_lens[b] + CHECK_TOKENS) for b in rows]
+    width = max(ends)
+    input_ids, attention_mask = input_ids[rows, :width].clone(), attention_mask[rows, :width].clone()
+    for i, end in enumerate(ends):  # right-padded, as the trainer's rows
+        input_ids[i, end:], attention_mask[i, end:] = pad_id, 0
     packed = pack_shared_prompts(input_ids, attention_mask, [prompt_lens[b] for b in rows],
                                  hidden_size=settings[0], pad_id=pad_id, mask_dtype=settings[1],
                                  max_len=1 << 62, min_saving=float("inf"), dense_mask=settings[2])
