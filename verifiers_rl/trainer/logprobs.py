@@ -334,7 +334,7 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         return None
     ends = [min(lengths[b], prompt_lens[b] + CHECK_TOKENS) for b in rows]
     width = max(ends)
-    input_ids, attention_mask = input_ids[rows, :width].clone(), attention_mask[rows, :width].clone()
+    input_ids, attention_mask = input_ids[rows, :width], attention_mask[rows, :width]  # copies (rows: a list)
     for i, end in enumerate(ends):  # right-padded, as the trainer's rows
         input_ids[i, end:], attention_mask[i, end:] = pad_id, 0
     packed = pack_shared_prompts(input_ids, attention_mask, [prompt_lens[b] for b in rows],
