@@ -28,6 +28,10 @@ def test_an_earlier_run_is_refused_unless_resumed(tmp_path):
     assert line.startswith(f"output_dir: {out} holds an earlier run (metrics.jsonl and 2 checkpoints); pass "
                            "--clean-output-dir") and "\n" not in line
     assert check_output_dir(str(out), cfg, resume=True, clean_requested=False) is None
+    # 'auto' (prime-rl's empty [resume]) resumes only what is there: leftovers with no complete checkpoint are refused
+    assert check_output_dir(str(out), cfg, resume="auto", clean_requested=False).startswith("output_dir: ")
+    (out / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    assert check_output_dir(str(out), cfg, resume="auto", clean_requested=False) is None
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "checkpoint-4", "logs", "metrics.jsonl",
                                                      "warmup"]
 

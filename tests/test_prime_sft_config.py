@@ -65,7 +65,7 @@ def test_prime_rls_sft_config_translates_with_its_defaults(tmp_path, capsys, mon
     (tmp_path / "o" / "checkpoint-20").mkdir(parents=True)
     for name in ("trainer_state.json", "scheduler.pt"):  # complete, and more than the weights: resumable
         (tmp_path / "o" / "checkpoint-20" / name).write_text("{}")
-    for table, resume in (("[resume]\n", True), ("[resume]\nstep = 20\n", 20)):  # the latest, or a step's
+    for table, resume in (("[resume]\n", "auto"), ("[resume]\nstep = 20\n", 20)):  # the latest, or a step's
         again = validate_sft_config(load(tmp_path, PRIME_SFT + table, "--trainer.output-dir", "o")).trainer
         assert again.resume_from_checkpoint == resume
     # prime-rl's optimizer and schedule defaults, and [ckpt] without an interval: at the end only

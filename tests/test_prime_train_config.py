@@ -157,7 +157,8 @@ def test_a_one_seat_v1_config_translates_onto_the_same_run(tmp_path, capsys):
         "max_tokens": 96, "temperature": 0.9, "learning_rate": 2e-6, "weight_decay": 0.01, "max_grad_norm": 1.0,
         "lr_scheduler_type": "constant", "use_lora": True, "lora_rank": 16, "lora_alpha": 32, "save_steps": 10,
         # prime-rl's defaults that change training: its loss's kl_tau, zero-advantage tokens out of the loss
-        "loss": {"kl_tau": 1e-3}, "filter_zero_advantages": True, "max_prompt_len": 1023}  # no prompt budget
+        "loss": {"kl_tau": 1e-3}, "filter_zero_advantages": True, "max_prompt_len": 1023,  # no prompt budget
+        "gradient_checkpointing": True}  # prime-rl checkpoints activations unless told not to
     # the deployment's keys are set aside in one line that names them
     lines = [l for l in capsys.readouterr().err.splitlines() if "set aside" in l]
     assert len(lines) == 1 and "deployment.num_train_gpus" in lines[0], lines
@@ -338,7 +339,7 @@ def test_checkpoints_come_at_the_interval_or_at_the_end_only(tmp_path):
 def test_prime_rls_resume_table_resumes_the_local_run(tmp_path):
     # Before: [resume] was set aside as the hosted run's, so a resumed config started afresh.
     assert "resume_from_checkpoint" not in translated(tmp_path, TWO_SEATS_GATED)["trainer"]["args"]
-    for table, expected in (("[resume]\n", True), ("[resume]\nstep = 20\n", 20),
+    for table, expected in (("[resume]\n", "auto"), ("[resume]\nstep = 20\n", 20),
                             ("[resume]\ndir = 'out/checkpoint-20'\n", "out/checkpoint-20")):
         args = translated(tmp_path, TWO_SEATS_GATED + "\n" + table)["trainer"]["args"]
         assert args["resume_from_checkpoint"] == expected
@@ -346,8 +347,53 @@ def test_prime_rls_resume_table_resumes_the_local_run(tmp_path):
         translated(tmp_path, TWO_SEATS_GATED + "\n[resume]\nstep = 2\ndir = 'x'\n")
 
 
+def test_an_empty_resume_table_continues_a_run_or_starts_one(tmp_path, capsys):
+    """prime-rl's empty [resume] resumes the newest checkpoint when there is one and otherwise starts from scratch
+    (before: a first run with it was refused for having no checkpoint)."""
+    from verifiers_rl.trainer.checkpoints import resolve_resume
+
+    path, out = tmp_path / "prime.toml", tmp_path / "out"
+    path.write_text(ONE_SEAT + "\n[resume]\n")
+    _, raw, opts = parse_args(["@", str(path), "--output-dir", str(out)])
+    args = resolve_run(raw, opts, check_environments=False).args
+    assert args.resume_from_checkpoint == "auto"
+    assert resolve_resume(str(out), args.resume_from_checkpoint, say=True) is None
+    assert f"no complete checkpoint in {out} yet: starting from scratch" in capsys.readouterr().out
+    (out / "checkpoint-10").mkdir(parents=True)
+    (out / "checkpoint-10" / "trainer_state.json").write_text("{}")
+    (out / "checkpoint-10" / "scheduler.pt").write_text("x")
+    assert resolve_resume(str(out), args.resume_from_checkpoint) == str(out / "checkpoint-10")
+
+
+def test_the_policy_may_be_named_by_the_trainer_and_the_run_by_run_name(tmp_path):
+    """prime-rl's shared [model] is optional (each part may name its own model) and its run's name is [run] name;
+    trainer.enable_token_export is vf-rl's option of the same name."""
+    split = ONE_SEAT.replace('[model]\nname = "Qwen/Qwen3-0.6B"', '[run]\nname = "r1"\n\n[trainer]\n'
+                             'enable_token_export = true\n\n[trainer.model]\nname = "zai-org/GLM-5.1"\n\n'
+                             '[orchestrator.model]\nname = "zai-org/GLM-5.1-FP8"')
+    native = translated(tmp_path, split)
+    assert native["model"] == "zai-org/GLM-5.1"  # the weights trained; the orchestrator's names a served copy
+    assert (native["trainer"]["args"]["run_name"], native["trainer"]["args"]["enable_token_export"]) == ("r1", True)
+    served_only = ONE_SEAT.replace('[model]\nname = "Qwen/Qwen3-0.6B"', '[orchestrator.model]\nname = "m/x"')
+    assert translated(tmp_path, served_only)["model"] == "m/x"
+    with pytest.raises(ConfigError, match=r"^model.name: required key is missing .* or trainer.model.name\)$"):
+        translated(tmp_path, ONE_SEAT.replace('[model]\nname = "Qwen/Qwen3-0.6B"', ""))
+
+
+def test_the_orchestrators_part_of_a_split_run_is_one_line_not_an_sft_config(tmp_path):
+    """prime-rl's k8s examples split a run into trainer, orchestrator and inference files; the orchestrator's has a
+    [model] table and no [orchestrator], as an SFT config (before: vf-rl called it one and sent it to vf-sft)."""
+    orch = ('max_steps = 20\nbatch_size = 128\ngroup_size = 16\n\n[model]\nname = "m"\n\n[[train.source]]\n'
+            'name = "reverse-text"\n\n[train.source.env.taskset]\nid = "reverse-text"\n')
+    raw, _ = load(tmp_path, orch)
+    with pytest.raises(ConfigError, match=r"^train: a key of prime-rl's orchestrator config, one part of a run "
+                                          r"split .*put this file's keys under \[orchestrator\]"):
+        config_format(raw)
+
+
 def test_activation_checkpointing_turns_on_gradient_checkpointing(tmp_path, capsys):
-    assert "gradient_checkpointing" not in translated(tmp_path, ONE_SEAT)["trainer"]["args"]
+    # Before: on only with a [trainer.model.ac] table; prime-rl's trainer checkpoints activations without one too.
+    assert translated(tmp_path, ONE_SEAT)["trainer"]["args"]["gradient_checkpointing"] is True
     ac = ONE_SEAT.replace("[trainer.model.lora]", "[trainer.model.ac]\nfreq = 1\n\n[trainer.model.lora]")
     assert translated(tmp_path, ac)["trainer"]["args"]["gradient_checkpointing"] is True
     assert "trainer.model.ac" not in capsys.readouterr().err

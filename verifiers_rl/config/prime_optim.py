@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from verifiers_rl.errors import ConfigError
+from verifiers_rl.trainer.checkpoints import IF_ANY
 
 OPTIM_NOTE = "adamw (transformers' default), muon, sign_sgd, sgd as is"
 OPTIM_ARGS_NOTE = ("muon: momentum=mu (default 0.95), nesterov=false (as prime-rl's Muon, dion's); sgd: momentum "
@@ -64,17 +65,18 @@ def prime_schedule(sched: dict[str, Any], where: str, lr: float, max_steps: Any)
             "lr_scheduler_kwargs": {"num_decay_steps": decay, "decay_type": "linear", "min_lr_ratio": min_lr / lr}}
 
 
-RESUME_NOTE = "an empty [resume]: the newest checkpoint; step = N: checkpoint-N; dir: a checkpoint's path"
+RESUME_NOTE = ("an empty [resume]: the newest checkpoint, or a fresh start when there is none ('auto'); step = N: "
+               "checkpoint-N; dir: a checkpoint's path")
 
 
 def prime_resume(resume: Any) -> bool | int | str | None:
     """prime-rl's `[resume]` as a `resume_from_checkpoint` value (vf-rl's and vf-sft's); None when absent."""
     if resume is None or resume is False:
         return None
-    resume = dict(resume) if isinstance(resume, dict) else {}  # a bare --resume: the newest checkpoint
+    resume = dict(resume) if isinstance(resume, dict) else {}  # a bare --resume: as an empty table
     step, path = resume.pop("step", None), resume.pop("dir", None)
     if step is not None and path is not None:
         raise ConfigError("resume.step, resume.dir: give one (the step is taken from the directory's name)")
     if resume:
         raise ConfigError(f"resume.{next(iter(resume))}: not supported yet (resume takes step or dir)")
-    return step if step is not None else path or True
+    return step if step is not None else path or IF_ANY

@@ -55,7 +55,7 @@ def _model(model: dict[str, Any], trainer: dict[str, Any]) -> str:
             if key in lora:
                 trainer[f"lora_{key}"] = lora.pop(key)
         _rest("model.lora.", lora)
-    if isinstance(model.pop("ac", None), dict):
+    if isinstance(model.pop("ac", {}), dict):  # prime-rl checkpoints activations unless told not to (ac = None)
         trainer["gradient_checkpointing"] = True
     _rest("model.", model, MODEL_SET_ASIDE)
     return name

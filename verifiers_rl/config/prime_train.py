@@ -110,11 +110,16 @@ def _first(r: _Reader, *paths: str) -> tuple[Any, str]:
 
 
 def _run_size(r: _Reader, o: Translation) -> None:
-    o.arg("run_name", r.take("name"), "name")
+    o.arg("run_name", *_first(r, "name", "run.name"))
     model = r.table("model")
-    if not isinstance(model.get("name"), str):
-        raise ConfigError('model.name: required key is missing (the policy: [model] name = "<hub id or dir>")')
-    o.put("model", model.pop("name"), "model.name")
+    # prime-rl's shared [model] is optional: each part may name its own (the orchestrator's may be a served variant
+    # of the trainer's, e.g. an FP8 copy); the policy is the weights the trainer trains
+    name, where = _first(r, "trainer.model.name", "orchestrator.model.name")
+    name, where = (model.pop("name"), "model.name") if "name" in model else (name, where)
+    if not isinstance(name, str):
+        raise ConfigError('model.name: required key is missing (the policy: [model] name = "<hub id or dir>", or '
+                          'trainer.model.name)')
+    o.put("model", name, where)
     _rest("model", model)
     steps, where = _first(r, "max_steps", "orchestrator.max_steps", "trainer.max_steps")
     o.arg("max_steps", steps, where)
@@ -319,9 +324,7 @@ def _scheduler(sched: dict[str, Any], o: Translation) -> None:
 
 
 def _activation_checkpointing(r: _Reader, o: Translation) -> None:
-    ac = r.take("trainer.model.ac")
-    if ac is None:
-        return
+    ac = r.take("trainer.model.ac", {})  # prime-rl checkpoints activations unless told not to (ac = None)
     if not isinstance(ac, dict):
         raise ConfigError(f"trainer.model.ac: must be a table, got {ac!r}")
     o.arg("gradient_checkpointing", True, "trainer.model.ac")
@@ -442,6 +445,7 @@ def translate(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     _optim(r, o)
     _lora(r, o)
     o.arg("ddp_timeout", r.take("trainer.dist_timeout_seconds"), "trainer.dist_timeout_seconds")
+    o.arg("enable_token_export", r.take("trainer.enable_token_export"), "trainer.enable_token_export")
     _eval(r, o, renderer if isinstance(renderer, dict) else None)
     _logging(r, o)
     for leaf in _leaves(r.raw, ""):

@@ -47,7 +47,7 @@ class Rule(NamedTuple):
 
 
 RULES: list[Rule] = [
-    Rule("name", "trainer.args.run_name", "the prime CLI's run name"),
+    Rule("name", "trainer.args.run_name", "the prime CLI's run name, or run.name"),
     Rule("model.name", "model", "required"),
     Rule("max_steps", "trainer.args.max_steps", "or orchestrator.max_steps / trainer.max_steps"),
     Rule("seq_len", "trainer.args.max_seq_len, max_prompt_len", "orchestrator.seq_len (a sample's length) if set, "
@@ -64,7 +64,7 @@ RULES: list[Rule] = [
          "as is (e.g. {enable_thinking = false}); other extra_body keys are not supported yet"),
     Rule("[[orchestrator.train.source]]", "[env] (one) / [[env]] (several)", "v1: `env.taskset.id` → `id`, the "
          "rest of `env` (taskset fields, `agent`/seat harness and runtime, an Env package's `id`) → `args`; `name`, "
-         "`ratio` as is. Several sources (v1 envs) in one run: not yet, one line"),
+         "`ratio` as is; several sources train as one stream, each batch holding their groups in proportion to `ratio`"),
     Rule("orchestrator.train.source.N.curriculum.gates.G", "trainer.args.online_difficulty_filtering",
          "`type = 'advantage_range'` with the default reject range [0, 0]: drop groups whose advantages are all "
          "zero; other gates and samplers are not supported yet"),
@@ -95,8 +95,11 @@ RULES: list[Rule] = [
     Rule("trainer.scheduler", "trainer.args.lr_scheduler_type, warmup_steps, lr_scheduler_kwargs", SCHEDULE_NOTE),
     Rule("trainer.model.lora", "trainer.args.use_lora and lora_*", "rank → lora_rank (prime-rl's default 16), "
          "alpha, dropout, target_modules, modules_to_save as is; no table: full fine-tuning (use_lora = false)"),
-    Rule("trainer.model.ac", "trainer.args.gradient_checkpointing", "a table: on, every layer whole (mode and "
-         "freq not applied); none: vf-rl's default, off"),
+    Rule("trainer.model.ac", "trainer.args.gradient_checkpointing", "on, every layer whole, with or without the "
+         "table (prime-rl's default; its mode and freq are not applied)"),
+    Rule("trainer.model.name / orchestrator.model.name", "model", "the policy when [model] has no name (the "
+         "trainer's first; the orchestrator's may name a served variant of it)"),
+    Rule("trainer.enable_token_export", "trainer.args.enable_token_export", "as is"),
     Rule("orchestrator.eval", "[eval]", "interval, num_examples, group_size → rollouts_per_example, "
          "skip_first_step → before = not it, sampling.temperature, sampling.max_completion_tokens → max_tokens; "
          "`source` as train sources (their own sampling must agree); after = false"),

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from verifiers_rl.trainer.checkpoints import used_by
+from verifiers_rl.trainer.checkpoints import IF_ANY, latest_checkpoint, used_by
 
 
 def _inputs(cfg: Any) -> list[Path]:
@@ -38,7 +38,7 @@ def clean(output_dir: str | Path, keep: list[Path]) -> int:
 
 def check_output_dir(output_dir: str, cfg: Any, *, resume: Any, clean_requested: bool) -> str | None:
     """None when the run may start (clearing the dir first when asked); else the one-line refusal."""
-    if resume not in (None, False):
+    if resume not in (None, False) and (resume != IF_ANY or latest_checkpoint(output_dir)):
         return None  # continuing that run is the point
     used = used_by(output_dir)
     if clean_requested:

@@ -309,7 +309,9 @@ def run(cfg: RunConfig, rl_kwargs: dict[str, Any], console: Any, plan: Any = Non
     result: dict[str, Any] = {"model": model, "output_dir": args.output_dir}
     ev = cfg.eval
     before: dict[str, list[dict[str, Any]]] = {}
-    if ev is not None and ev.before and args.resume_from_checkpoint not in (None, False):
+    from verifiers_rl.trainer.checkpoints import resolve_resume
+
+    if ev is not None and ev.before and resolve_resume(args.output_dir, args.resume_from_checkpoint):
         console.print("held-out eval before RL: not run again on resume (the first run's is in metrics.jsonl)")
     elif ev is not None and ev.before:
         before = _eval_before(trainer, evals, sampling, console, result)

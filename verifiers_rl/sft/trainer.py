@@ -29,7 +29,8 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(8, ge=1)
     # rows per forward on each process (gradient accumulation up to batch_size); None: a process's whole share
     micro_batch_size: int | None = Field(None, ge=1)
-    # as vf-rl's (trainer/checkpoints.resolve_resume): true (-1, "latest") the newest complete checkpoint-N, N, a path
+    # as vf-rl's (trainer/checkpoints.resolve_resume): true (-1, "latest") the newest complete checkpoint-N, "auto"
+    # that or a fresh start, N, a path
     resume_from_checkpoint: bool | int | str | None = None
     lr_scheduler_type: str = "cosine"
     lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)  # transformers' (min_lr, num_decay_steps, ...)
@@ -112,8 +113,8 @@ def run_sft(model: str, rows: list[dict[str, Any]], settings: SFTSettings, conso
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; the bar shows the loss instead
     trainer.add_callback(SFTProgress(console, label))
     with frozen_heap(trainer.args.device.type == "cpu"):  # out of HF's first full collection, and later ones
-        result = trainer.train(resume_from_checkpoint=resolve_resume(settings.output_dir,
-                                                                     settings.resume_from_checkpoint))
+        result = trainer.train(resume_from_checkpoint=resolve_resume(
+            settings.output_dir, settings.resume_from_checkpoint, say=trainer.is_world_process_zero()))
     if trainer.eval_dataset is not None and trainer.state.global_step % (val_interval or settings.logging_steps):
         trainer.evaluate()  # the final model's validation loss too
     trainer.save_model(str(out))  # rank 0 writes (HF's should_save)

@@ -23,8 +23,9 @@ STAGING_DIR = ".staging"
 MERGED_DIR = "merged"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _LATEST = (True, -1, "latest")
-RESUME_HELP = ("Resume: True (or -1, 'latest') the newest complete checkpoint in output_dir, a step number its "
-               "checkpoint-N, or a checkpoint path (None: start fresh).")
+IF_ANY = "auto"  # prime-rl's empty [resume]: the newest checkpoint when there is one, else a fresh start
+RESUME_HELP = ("Resume: True (or -1, 'latest') the newest complete checkpoint in output_dir, 'auto' that or a fresh "
+               "start when there is none, a step number its checkpoint-N, or a checkpoint path (None: start fresh).")
 
 
 def used_by(output_dir: str | Path) -> str | None:
@@ -61,11 +62,14 @@ def weights_only(path: str) -> bool:
     return is_complete(path) and not os.path.isfile(os.path.join(path, "scheduler.pt"))
 
 
-def resolve_resume(output_dir: str, value: Any) -> str | None:
+def resolve_resume(output_dir: str, value: Any, say: bool = False) -> str | None:
     """`resume_from_checkpoint` → a checkpoint path (None: start fresh); ValueError in one line when there is none,
     or when it holds the weights only (transformers resumed from it with a new optimizer and the schedule's first
-    learning rates, in silence)."""
+    learning rates, in silence). `say`: print when 'auto' finds nothing to resume (the run that starts says it)."""
     path = _resume_path(output_dir, value)
+    if say and path is None and value == IF_ANY:
+        print(f"resume_from_checkpoint='auto': no complete checkpoint in {output_dir} yet: starting from scratch",
+              flush=True)
     if path is not None and weights_only(path):
         raise ValueError(f"resume_from_checkpoint={value!r}: {path} was saved with save_only_model=True (the weights "
                          "only: no optimizer, scheduler or RNG state), which cannot be resumed; resume from a "
@@ -76,6 +80,8 @@ def resolve_resume(output_dir: str, value: Any) -> str | None:
 def _resume_path(output_dir: str, value: Any) -> str | None:
     if value is None or value is False:
         return None
+    if value == IF_ANY:
+        return latest_checkpoint(output_dir)
     if any(value is v or (type(value) is type(v) and value == v) for v in _LATEST):
         path = latest_checkpoint(output_dir)
         if path is None:
@@ -93,7 +99,7 @@ def _resume_path(output_dir: str, value: Any) -> str | None:
         if not os.path.isdir(value):
             raise ValueError(f"resume_from_checkpoint={value!r}: no such checkpoint directory")
         return value
-    raise ValueError(f"resume_from_checkpoint={value!r} must be True (the latest), a step number or a path")
+    raise ValueError(f"resume_from_checkpoint={value!r} must be True (the latest), 'auto', a step number or a path")
 
 
 def rotate(output_dir: str, keep_last: int | None, keep_interval: int | None) -> list[str]:

@@ -148,7 +148,8 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
         if resume_from_checkpoint is None:  # RLConfig's field resumes (transformers' Trainer leaves it to scripts)
             resume_from_checkpoint = self.args.resume_from_checkpoint
         # True / a step → its path
-        resume_from_checkpoint = checkpoints.resolve_resume(self.args.output_dir, resume_from_checkpoint)
+        resume_from_checkpoint = checkpoints.resolve_resume(self.args.output_dir, resume_from_checkpoint,
+                                                            say=self.is_world_process_zero())
         if self.earlier_run and not resume_from_checkpoint:  # as transformers does, but not in silence
             from verifiers_rl.trainer.callbacks import warn
 
