@@ -122,7 +122,8 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
     if pool is not None and pool.named and train_dataset is None:
         raise ValueError("environment_factory: a dict of environments needs a train_dataset whose 'environment' "
                          "column names each row's (TRL's rule)")
-    data, columns, conversational = _dataset(train_dataset, pool is not None)
+    data, columns, conversational = _dataset(train_dataset, pool is not None, "eval_dataset" if eval_only else
+                                             "train_dataset")
     trainer = trainer if trainer is not None else {"ref": lambda: None}  # RLTrainer's weak reference, once it exists
     turns = bool(tools) or pool is not None
     scorers = [_reward_fn(f, columns, conversational, turns, trainer, pool) for f in funcs]
@@ -148,17 +149,24 @@ def trl_environment(train_dataset: Any, reward_funcs: Any, reward_weights: list[
     return env
 
 
-def _dataset(train_dataset: Any, placeholder_ok: bool) -> tuple[Any, list[str], bool]:
-    """(the rows as a Dataset with chat prompts, TRL's other columns, whether TRL's prompts were chat messages)."""
-    from datasets import Dataset
+def _dataset(train_dataset: Any, placeholder_ok: bool, name: str) -> tuple[Any, list[str], bool]:
+    """(the rows as a Dataset with chat prompts, TRL's other columns, whether TRL's prompts were chat messages);
+    `name`: the argument the rows came as, for its errors."""
+    from datasets import Dataset, IterableDataset
 
     from verifiers_rl.envs.dataset_format import quiet_map
 
     if train_dataset is None and placeholder_ok:  # TRL's placeholder rows: reset() writes each prompt
         train_dataset = [{"prompt": [{"role": "user", "content": ""}]}] * SYNTHETIC_ROWS
+    if isinstance(train_dataset, IterableDataset):  # groups are drawn from a shuffled index of the rows
+        raise ValueError(f"{name}: a streamed IterableDataset is not supported yet; pass a Dataset (e.g. "
+                         "Dataset.from_list(list(ds.take(N))))")
+    if isinstance(train_dataset, dict):
+        raise ValueError(f"{name}: a dict of datasets is not supported yet; pass one Dataset (several named evals: "
+                         "RLTrainer(..., eval_envs={name: env}))")
     data = Dataset.from_list(list(train_dataset)) if isinstance(train_dataset, (list, tuple)) else train_dataset
     if not hasattr(data, "column_names") or "prompt" not in data.column_names:
-        raise ValueError(f"train_dataset needs a 'prompt' column, as TRL's; it has "
+        raise ValueError(f"{name} needs a 'prompt' column, as TRL's; it has "
                          f"{sorted(getattr(data, 'column_names', []) or [])}")
     columns = [c for c in data.column_names if c not in ("prompt", "completion", "completion_ids")]
     conversational = bool(len(data)) and isinstance(data[0]["prompt"], list)

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from verifiers_rl.inference.kv_cache import cache_keyword, compactable, reserved_cache
+from verifiers_rl.models.precision import forward_dtype
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +301,7 @@ class DecodeStep:
         caches = [reserved_cache(model, 8), reserved_cache(model, 8)]
         if not compactable(caches[0]):
             return False
-        dtype = next(model.parameters()).dtype
+        dtype = forward_dtype(model)  # the reference's precision (accelerate may autocast a fp32 model's forward)
         bias = self.prepare(key_padding_bias(att, 8))
         mask = torch.ones((2, 8), dtype=att.dtype, device=device)
         mask[:, :5] = att

@@ -7,6 +7,7 @@ adapters and FSDP wrapping in play.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from typing import Any, Callable
@@ -15,6 +16,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from verifiers_rl.inference.truncation import keep_mask
+from verifiers_rl.models.precision import forward_dtype
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +198,15 @@ def _head_gives_logits(model: torch.nn.Module, head: Callable) -> bool:
     ids = (torch.arange(8, device=device)[None] * 7 + 3) % vocab
     was_training = model.training
     model.eval()
+    # the head in the forward's own precision (accelerate's autocast around a fp32 model's forward): rounding apart
+    amp = forward_dtype(model)
+    same = contextlib.nullcontext() if amp == torch.float32 else torch.autocast(device.type, dtype=amp)
     try:
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
             theirs = out.logits.float()
-            ours = head(_head_input(out.hidden_states[-1], head)).float()
+            with same:
+                ours = head(_head_input(out.hidden_states[-1], head)).float()
     finally:
         model.train(was_training)
     scale = max(1.0, float(theirs.abs().max()))
@@ -354,13 +360,7 @@ def packing_matches(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     if atol is None:
         from verifiers_rl.plan.precision import logprob_atol
 
-        atol = logprob_atol(dtype or _compute_dtype(model))
+        atol = logprob_atol(dtype or forward_dtype(model))
     return bool(torch.allclose(plain.float(), packed_lp.float(), atol=atol, rtol=0))
 
 
-def _compute_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The dtype the forward computes in: an autocast in force, else the first floating parameter's."""
-    for device in ("cuda", "cpu"):
-        if torch.is_autocast_enabled(device):
-            return torch.get_autocast_dtype(device)
-    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)

@@ -114,7 +114,9 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
     # --- logging --------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self.pending_metrics:
-            logs = merge_pending(logs, self.pending_metrics)
+            trl_way = hasattr(self.env, "trl_trainer")  # reward_funcs=: TRL's metric names too
+            logs = merge_pending(logs, self.pending_metrics,
+                                 self.env.rubric.get_reward_func_names() if trl_way else None)
             print_samples(self)
             self.pending_metrics = []
         super().log(logs, start_time)

@@ -170,14 +170,26 @@ class StepRunner:
                                          model=tr.model))
 
 
-def merge_pending(logs: dict[str, float], pending: list[dict[str, float]]) -> dict[str, float]:
-    """HF's log record with our names (loss/mean, optim/*) and the mean of each metric over the steps since the last
-    logged one."""
-    renamed = {"loss": "loss/mean", "grad_norm": "optim/grad_norm", "learning_rate": "optim/lr"}
-    logs = {renamed.get(k, k): v for k, v in logs.items()}
+# HF's own keys, which it logs and callbacks read, under this trainer's names too (console, plots, dashboards)
+OUR_NAMES = {"loss": "loss/mean", "grad_norm": "optim/grad_norm", "learning_rate": "optim/lr"}
+# TRL's GRPOTrainer names for the same figures, logged too when the run came TRL's way (reward_funcs=)
+TRL_NAMES = {"reward/all/mean": "reward", "reward/all/std": "reward_std", "entropy/mean": "entropy",
+             "seq_len/completion_mean": "completions/mean_length"}
+
+
+def merge_pending(logs: dict[str, float], pending: list[dict[str, float]],
+                  reward_names: list[str] | None = None) -> dict[str, float]:
+    """HF's log record, its keys also under our names (loss/mean, optim/*), and the mean of each metric over the
+    steps since the last logged one. `reward_names` (TRL's reward functions): TRL's names too (`reward`,
+    `rewards/<name>/mean`, ...)."""
+    logs = {**logs, **{ours: logs[hf] for hf, ours in OUR_NAMES.items() if hf in logs}}
     for k in {k for m in pending for k in m}:
         vals = [m[k] for m in pending if k in m]
         logs[k] = sum(vals) / len(vals)
+    if reward_names is not None:
+        logs.update({trl: logs[ours] for ours, trl in TRL_NAMES.items() if ours in logs})
+        logs.update({f"rewards/{n}/mean": logs[f"metrics/{n}/mean"] for n in reward_names
+                     if f"metrics/{n}/mean" in logs})
     return logs
 
 
