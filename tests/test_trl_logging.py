@@ -100,3 +100,31 @@ def test_grpoconfigs_default_bf16_on_fp32_weights_keeps_the_fast_paths(tiny_mode
                  or "not its output head" in r.getMessage()]
     assert fallbacks == []
     trainer.close()
+
+
+def every_other(completions, **kw):  # TRL's "not my kind of row": None
+    return [len(c[0]["content"]) / 10 if i % 2 == 0 else None for i, c in enumerate(completions)]
+
+
+def constant(completions, **kw):
+    return [0.5] * len(completions)
+
+
+def test_a_rollout_every_reward_function_gave_none_is_unscorable_as_trls(tiny_model_dir, tmp_path):
+    """TRL 1.16: a completion for which every reward function returned None is left out of its group's baseline and
+    of the logged reward, with advantage 0 (before: None counted 0, a reward the rest of the group was judged by)."""
+    trainer = vf.RLTrainer(str(tiny_model_dir), reward_funcs=every_other, args=grpo(tmp_path, max_steps=1),
+                           train_dataset=PROMPTS)
+    trainer.train()
+    states = trainer.last_states
+    assert [bool(s.get("dropped")) for s in states] == [False, True] * 4
+    log = next(h for h in trainer.state.log_history if "reward/all/mean" in h)
+    kept = [s["reward"] for s in states if not s.get("dropped")]
+    assert log["dropped/rollouts"] == 4 and log["reward"] == pytest.approx(sum(kept) / len(kept))
+    trainer.close()
+    # beside a function that scores every row, a None is one function's 0 (TRL's nansum): nothing is dropped
+    both = vf.RLTrainer(str(tiny_model_dir), reward_funcs=[every_other, constant],
+                        args=grpo(tmp_path / "b", max_steps=1), train_dataset=PROMPTS)
+    both.train()
+    assert not any(s.get("dropped") for s in both.last_states)
+    both.close()

@@ -2,7 +2,9 @@
 becomes a one-turn environment (`trl_environment`; a ToolEnv with TRL's `tools`, or its `environment_factory`:
 trl_environments.py; reward models among the functions: trl_reward_models.py). The dataset's `prompt` column is the prompt; each reward function
 is called as TRL calls it (`prompts`, `completions`, `completion_ids`, every other dataset column as a list, by
-keyword), here once per group of a prompt's rollouts; a None reward counts 0 in the weighted sum, as TRL's nansum.
+keyword), here once per group of a prompt's rollouts; a None reward counts 0 in the weighted sum, as TRL's nansum,
+and a rollout every function gave None is TRL's unscorable one: dropped (advantage 0, out of its group's baseline and
+the reward means).
 What a function logs with TRL's `log_metric(name, value)` is the step's `metrics/<name>/mean` (averaged over the
 step's calls, as TRL's), and `log_extra(column, values)` a column of the sample tables (console and W&B)."""
 
@@ -19,6 +21,7 @@ from verifiers_rl.rubrics.rubric import Rubric, func_name
 ORIGINAL = "trl_prompt"  # a string prompt as the dataset gave it (the rollout's is a user message)
 LOGGED_METRICS = "trl_logged_metrics"  # a rollout's share of what its group's calls gave `log_metric`
 LOGGED_COLUMNS = "logged_columns"  # a rollout's values of `log_extra`'s columns (the sample tables show them)
+NONE_FROM = "trl_none_from"  # the reward functions that returned None for a rollout
 
 
 def logged_columns(states: list[dict[str, Any]]) -> list[str]:
@@ -34,8 +37,11 @@ class _LoggingRubric(Rubric):
 
     async def score_group(self, states: list[Any]) -> None:
         await super().score_group(states)
+        every = set(self.get_reward_func_names())
         for s in states:
             s["metrics"] = {**s.pop(LOGGED_METRICS, {}), **(s.get("metrics") or {})}
+            if set(s.pop(NONE_FROM, ())) >= every:  # TRL's unscorable rollout: out of its group's baseline, advantage
+                s["dropped"] = True               # 0, out of the reward means (a None alone counts 0, as nansum)
             if self.pool is not None:
                 self.pool.release(s.get(KEY))
 
@@ -96,6 +102,8 @@ def _reward_fn(func: Any, columns: list[str], conversational: bool, turns: bool,
         for i, s in enumerate(states):
             s.setdefault(LOGGED_METRICS, {}).update({k: sum(v) / len(v) for k, v in metrics.items()})
             s.setdefault(LOGGED_COLUMNS, {}).update({c: v[i] if i < len(v) else None for c, v in columns_.items()})
+            if i < len(out) and out[i] is None:
+                s.setdefault(NONE_FROM, []).append(reward.__name__)
         return [0.0 if x is None else float(x) for x in out]
 
     reward.__name__ = func_name(func)
