@@ -183,6 +183,19 @@ def test_save_strategy_best_is_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("key, extra", [("load_best_model_at_end", {"metric_for_best_model": "reward"}),
+                                        ("metric_for_best_model", {})])
+def test_picking_the_best_checkpoint_by_hfs_evaluation_is_one_line(key, extra, tmp_path):
+    """load_best_model_at_end (and EarlyStoppingCallback, which needs it) and metric_for_best_model read
+    transformers' own evaluation, which RLTrainer's eval is not: before, transformers refused the first in several
+    lines about an eval strategy nobody set, and the second did nothing."""
+    value = True if key == "load_best_model_at_end" else "reward"
+    with pytest.raises(ValueError) as err:
+        make_config(tmp_path, save_steps=1, eval_steps=1, **{key: value, **extra})
+    assert str(err.value).startswith(f"{key} is not supported yet: transformers picks the best checkpoint"), err.value
+    assert "\n" not in str(err.value)
+
+
 def test_a_tokenizer_without_a_chat_template_is_one_line_before_training(tiny_model_dir, tmp_path):
     """As transformers refuses apply_chat_template at once; before, every rollout errored and training stopped after
     three steps with advice to fix the environment."""

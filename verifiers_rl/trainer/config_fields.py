@@ -437,6 +437,11 @@ class RLFields(CheckpointSettings, BufferSettings):
             _fail("save_strategy", "save_strategy='best' saves when transformers' own evaluation finds a new best "
                   "metric, and RLTrainer's eval (eval_steps) is not that loop: nothing would be saved but the last "
                   "step; set save_strategy='steps' with save_steps (save_total_limit, save_keep_interval)")
+        for key in ("load_best_model_at_end", "metric_for_best_model"):  # (EarlyStoppingCallback needs both)
+            if getattr(self, key):
+                _fail(key, f"{key} is not supported yet: transformers picks the best checkpoint by its own evaluation, "
+                      "and RLTrainer's eval (eval_steps) is not that loop; the eval/* records of metrics.jsonl show "
+                      "the best step, and save_steps keeps its checkpoint")
         if self.eval_steps is not None and self.eval_steps <= 0:
             _fail("eval_steps", f"eval_steps={self.eval_steps} must be a positive number of steps or None")
         problem = wandb_problem(self.wandb)
