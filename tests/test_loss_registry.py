@@ -155,7 +155,8 @@ def test_rlconfig_loss_table_config_object_and_the_deprecated_top_level_keys(tmp
     assert c.loss_config() == DAPOLossConfig(epsilon_high=0.3)
     c = config(tmp_path, loss=DAPOLossConfig(epsilon_low=0.1))  # notebook: the config object, kept as its table
     assert c.loss == {"type": "dapo", "epsilon_low": 0.1, "epsilon_high": 0.28, "beta": 0.0,  # a None default: left out
-                      "importance_sampling_mode": "none", "importance_sampling_clip_max": 3.0}
+                      "importance_sampling_mode": "none", "importance_sampling_clip_max": 3.0,
+                      "use_bias_correction_kl": True, "importance_sampling_level": "token"}
     assert c.loss_config() == DAPOLossConfig(epsilon_low=0.1)
     c = config(tmp_path, loss={"type": "default", "beta": 0.2})
     assert c.beta is None and c.loss_config() == LossConfig(beta=0.2)
@@ -169,7 +170,8 @@ def test_rlconfig_loss_table_config_object_and_the_deprecated_top_level_keys(tmp
                                    "sapo, luspo, vespo, opd, sft"),
     (dict(loss={"type": "dapo", "epsilon": 0.2}),
      "loss.epsilon is not a key of loss type 'dapo'; its keys: beta, importance_sampling_mode, "
-     "importance_sampling_clip_min, importance_sampling_clip_max, epsilon_low, epsilon_high, delta"),
+     "importance_sampling_clip_min, importance_sampling_clip_max, use_bias_correction_kl, epsilon_low, epsilon_high, "
+     "delta, importance_sampling_level"),
     (dict(loss={"type": "dapo", "epsilon_low": 1.5}), r"loss.epsilon_low=1.5 must be in \[0, 1\)"),
     (dict(loss={"type": "sft"}), "loss.type='sft' trains training_mode='sft', not 'rl'; set training_mode='sft' or "
                                  "loss.type to one of default, dapo"),

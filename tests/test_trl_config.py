@@ -37,8 +37,10 @@ def test_a_grpoconfig_trains_with_the_settings_it_means(tiny_model_dir, tmp_path
     assert rl.gradient_accumulation_steps == 1 and rl.logging_steps == 1
     # transformers' defaults that RLConfig's differ from, as TRL runs them: a linear decay, a save every 500 steps
     assert (str(getattr(rl.lr_scheduler_type, "value", rl.lr_scheduler_type)), rl.save_steps) == ("linear", 500)
-    assert rl.loss == {"type": "dapo", "beta": 0.0, "epsilon_low": 0.1, "epsilon_high": 0.1, "delta": None}
+    assert rl.loss == {"type": "dapo", "beta": 0.0, "epsilon_low": 0.1, "epsilon_high": 0.1, "delta": None,
+                       "importance_sampling_level": "token", "use_bias_correction_kl": True}
     assert rl.advantage == {"type": "grpo", "scale_rewards": "group"}  # TRL's default scaling
+    assert rl.keep_empty_replies  # TRL trains a reply that is only its end token, with its reward
     trainer.train()
     assert trainer.state.global_step == 2
     for s in trainer.last_states:  # GRPOConfig's reward_weights weigh TRL's reward_funcs

@@ -54,7 +54,7 @@ VESPO = (2.0, 3.0, 3.0, 2.0)  # TRL's vespo_k_pos, vespo_lambda_pos, vespo_k_neg
 
 
 def trl_loss(kind: str, b: dict, *, beta: float, level: str, eps_low: float, eps_high: float, sapo=(1.0, 1.05),
-             delta=None, vespo=VESPO, is_ratio=None) -> tuple[torch.Tensor, torch.Tensor]:
+             delta=None, vespo=VESPO, is_ratio=None, bias=True) -> tuple[torch.Tensor, torch.Tensor]:
     """TRL's value and d loss / d log-probs: its `_compute_loss` on a trainer object holding only the settings it
     reads (a stub: constructing a GRPOTrainer needs a model and a dataset), its forward giving our tensors.
     `is_ratio`: TRL's vLLM sampler correction is on, with these weights; its old log-probs are then the trainer's
@@ -68,7 +68,7 @@ def trl_loss(kind: str, b: dict, *, beta: float, level: str, eps_low: float, eps
         _entropy_bonus_enabled=False, current_gradient_accumulation_steps=1, max_completion_length=T,
         accelerator=_Accel(), model=types.SimpleNamespace(training=True),
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-        args=types.SimpleNamespace(delta=delta, use_bias_correction_kl=False, sapo_temperature_pos=sapo[0],
+        args=types.SimpleNamespace(delta=delta, use_bias_correction_kl=bias, sapo_temperature_pos=sapo[0],
                                    sapo_temperature_neg=sapo[1], steps_per_generation=1, vespo_k_pos=vespo[0],
                                    vespo_lambda_pos=vespo[1], vespo_k_neg=vespo[2], vespo_lambda_neg=vespo[3]),
     )
@@ -116,6 +116,19 @@ CASES = [  # (our loss.type and its keys, TRL's loss_type and settings)
     ("dapo", {"beta": 0.04, "delta": 2.0}, "dapo", {"eps_low": 0.2, "eps_high": 0.28, "beta": 0.04, "delta": 2.0}),
     ("vespo", {"k_pos": 1.0, "lambda_neg": 4.0, "beta": 0.05}, "vespo",
      {"eps_low": 0.2, "eps_high": 0.2, "vespo": (1.0, 3.0, 3.0, 4.0), "beta": 0.05}),
+    # TRL's KL without its bias correction (use_bias_correction_kl=False; before, the only KL here)
+    ("grpo", {"beta": 0.04, "use_bias_correction_kl": False}, "grpo",
+     {"eps_low": 0.2, "eps_high": 0.2, "beta": 0.04, "bias": False}),
+    # a sequence-level ratio for every clipped type and cispo (before: token level, in silence), luspo's at token
+    # level (before: sequence always), with the KL's bias correction on a sequence ratio
+    ("dapo", {"importance_sampling_level": "sequence", "beta": 0.04}, "dapo",
+     {"eps_low": 0.2, "eps_high": 0.28, "level": "sequence", "beta": 0.04}),
+    ("bnpo", {"importance_sampling_level": "sequence"}, "bnpo", {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence"}),
+    ("dr_grpo", {"importance_sampling_level": "sequence"}, "dr_grpo",
+     {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence"}),
+    ("cispo", {"importance_sampling_level": "sequence", "epsilon_high": 1.1}, "cispo",
+     {"eps_low": 0.2, "eps_high": 1.1, "level": "sequence"}),
+    ("luspo", {"importance_sampling_level": "token"}, "luspo", {"eps_low": 0.2, "eps_high": 0.2}),
 ]
 
 
@@ -192,8 +205,8 @@ def test_the_sampler_correction_equals_trls_vllm_importance_sampling(ours, confi
 def test_the_settings_a_loss_cannot_take_are_one_line_each():
     with pytest.raises(ValueError, match="importance_sampling_level='seq' is not 'token' or 'sequence'"):
         get_loss("grpo").config(importance_sampling_level="seq")
-    with pytest.raises(TypeError):  # TRL refuses sequence-level ratios for bnpo, dr_grpo, dapo, cispo
-        get_loss("dr_grpo").config(importance_sampling_level="sequence")
+    with pytest.raises(TypeError):  # vespo's weight is per sequence already (TRL ignores the level, and warns)
+        get_loss("vespo").config(importance_sampling_level="sequence")
     with pytest.raises(ValueError, match="loss.temperature_neg=0 must be > 0"):
         get_loss("sapo").config(temperature_neg=0)
     with pytest.raises(ValueError, match="loss.importance_sampling_mode='token' is not one of none, token_truncate"):

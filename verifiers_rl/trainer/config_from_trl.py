@@ -21,6 +21,7 @@ VLLM_SERVER = ("vllm_server_host", "vllm_server_port", "vllm_server_timeout")  #
 # GRPOConfig field -> the loss table's key (kept where the chosen loss type has that key)
 LOSS_KEYS = {"beta": "beta", "epsilon": "epsilon_low", "epsilon_high": "epsilon_high", "delta": "delta",
              "importance_sampling_level": "importance_sampling_level",
+             "use_bias_correction_kl": "use_bias_correction_kl",
              "sapo_temperature_pos": "temperature_pos", "sapo_temperature_neg": "temperature_neg",
              **{f"vespo_{k}": k for k in ("k_pos", "k_neg", "lambda_pos", "lambda_neg")}}
 VLLM_CORRECTION = ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
@@ -117,6 +118,7 @@ def _grpo_fields(args: Any) -> dict[str, Any]:
     kw["top_k"] = args.top_k or None  # TRL's 0 is off
     kw["min_p"] = args.min_p or 0.0
     kw["eval_rollouts_per_example"] = args.num_generations_eval or args.num_generations
+    kw["keep_empty_replies"] = True  # TRL trains a reply that is only its end token, with its reward
     if args.log_completions:
         kw["sample_log_interval"] = 1
     if args.use_vllm:

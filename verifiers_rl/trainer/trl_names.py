@@ -32,6 +32,7 @@ TRL_NAMES = {
         ("vllm_importance_sampling_clip_min", "grpo", "importance_sampling_clip_min"),
         ("vllm_importance_sampling_clip_max", "grpo", "importance_sampling_clip_max"),
         ("sapo_temperature_pos", "sapo", "temperature_pos"), ("sapo_temperature_neg", "sapo", "temperature_neg"),
+        ("use_bias_correction_kl", "grpo", "use_bias_correction_kl"),
         *((f"vespo_{k}", "vespo", k) for k in ("k_pos", "k_neg", "lambda_pos", "lambda_neg")))},
     # the rest of TRL 1.16's GRPOConfig fields
     "model_init_kwargs": "RLTrainer(model=...) given a model you loaded (from_pretrained's kwargs), or bf16",
@@ -50,5 +51,5 @@ TRL_NAMES = {
        for name in ("vllm_enable_sleep_mode", "vllm_group_port", "vllm_structured_outputs_regex")},
     **{name: "nothing: not supported here (docs/training.md#choosing-a-loss)"
        for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
-                    "entropy_target", "use_bias_correction_kl", "router_aux_loss_coef", "cast_lm_head_to_fp32")},
+                    "entropy_target", "router_aux_loss_coef", "cast_lm_head_to_fp32")},
 }

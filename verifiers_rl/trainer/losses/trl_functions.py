@@ -64,12 +64,18 @@ def _advantages(inputs: LossInputs) -> torch.Tensor:
     return a.unsqueeze(1) if a.ndim == 1 else a
 
 
-def _with_kl(per_token: torch.Tensor, inputs: LossInputs, beta: float) -> torch.Tensor:
-    if beta == 0:
+def _with_kl(per_token: torch.Tensor, inputs: LossInputs, config: TRLLossConfig, r: Ratios,
+             metrics: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`per_token` + beta x the k3 KL to the reference, times the objective's ratio with TRL's bias correction (its
+    gradient is then the reverse KL's; a sequence-level ratio broadcast over the tokens, as TRL's);
+    `metrics["ref_kl/mean"]` the KL's token mean."""
+    if config.beta == 0:
         return per_token
     if inputs.ref_logprobs is None:
         raise ValueError("loss.beta > 0 needs the reference policy's log-probs (ref_logprobs)")
-    return per_token + beta * k3_kl(inputs.trainer_logprobs.float(), inputs.ref_logprobs.detach().float())
+    kl = k3_kl(inputs.trainer_logprobs.float(), inputs.ref_logprobs.detach().float())
+    metrics["ref_kl/mean"] = masked_mean(kl.detach(), r.mask)
+    return per_token + config.beta * (kl * torch.exp(r.log_w) if config.use_bias_correction_kl else kl)
 
 
 def _total(inputs: LossInputs, name: str, like: torch.Tensor) -> torch.Tensor | float:
@@ -95,14 +101,14 @@ def _weighted(per_token: torch.Tensor, r: Ratios) -> torch.Tensor:
 
 
 def _outputs(loss: torch.Tensor, r: Ratios, out_of_range: torch.Tensor, adv: torch.Tensor,
-             cuts_gradient: bool = True, weights_tokens: bool = True) -> LossOutputs:
+             extra: dict[str, torch.Tensor], cuts_gradient: bool = True, weights_tokens: bool = True) -> LossOutputs:
     """The loss with its ratio metrics; `out_of_range` (the clip's, cispo's cap) is `masked_fraction`, and the
     tokens the export reports without gradient when the loss does cut them (`cuts_gradient`). With a sampler
     correction, its weights' ``importance_sampling/ratio/*`` and the share it zeroes (``*_mask``), which have no
     gradient when the weights multiply the tokens' loss (`weights_tokens`; vespo folds them into its own)."""
     mask = r.mask
     out_of_range = out_of_range.expand_as(mask) & mask
-    metrics = ratio_metrics(mask, torch.exp(r.mismatch), r.mismatch, out_of_range, adv)
+    metrics = {**ratio_metrics(mask, torch.exp(r.mismatch), r.mismatch, out_of_range, adv), **extra}
     no_grad = out_of_range if cuts_gradient else None
     if r.weight is not None:
         w = r.weight.detach().expand_as(mask)
@@ -133,13 +139,13 @@ def _normalised(kind: str, per_token: torch.Tensor, mask: torch.Tensor, inputs: 
     return masked.sum() / _total(inputs, "total_loss_tokens", masked)  # dapo, cispo, vespo
 
 
-def _clipped_loss(kind: str, level: str | None = None) -> Callable[[LossInputs, ClippedLossConfig], LossOutputs]:
+def _clipped_loss(kind: str) -> Callable[[LossInputs, ClippedLossConfig], LossOutputs]:
     def loss_fn(inputs: LossInputs, config: ClippedLossConfig) -> LossOutputs:
-        r = _ratios(inputs, level or getattr(config, "importance_sampling_level", "token"), config)
-        adv = _advantages(inputs)
+        r = _ratios(inputs, config.importance_sampling_level, config)
+        adv, extra = _advantages(inputs), {}
         per_token, no_grad = _clipped(torch.exp(r.log_w), adv, config)
-        per_token = _with_kl(_weighted(per_token, r), inputs, config.beta)
-        return _outputs(_normalised(kind, per_token, r.mask, inputs), r, no_grad, adv)
+        per_token = _with_kl(_weighted(per_token, r), inputs, config, r, extra)
+        return _outputs(_normalised(kind, per_token, r.mask, inputs), r, no_grad, adv, extra)
 
     loss_fn.__name__ = f"{kind}_loss"
     loss_fn.__doc__ = f"TRL's loss_type={kind!r} (module docstring): clipped ratio x advantage, its normalisation."
@@ -149,24 +155,24 @@ def _clipped_loss(kind: str, level: str | None = None) -> Callable[[LossInputs, 
 def cispo_loss(inputs: LossInputs, config: CISPOLossConfig) -> LossOutputs:
     """TRL's ``cispo``: ``-min(r, epsilon_high).detach() * A * log p`` per token, over the step's loss tokens. The
     capped tokens keep a gradient (through log p); ``masked_fraction`` reports the share capped."""
-    r = _ratios(inputs, "token", config)
-    adv = _advantages(inputs)
+    r = _ratios(inputs, config.importance_sampling_level, config)
+    adv, extra = _advantages(inputs), {}
     coef = torch.exp(r.log_w).detach()
     per_token = -torch.clamp(coef, max=config.epsilon_high) * adv * inputs.trainer_logprobs.float()
-    per_token = _with_kl(_weighted(per_token, r), inputs, config.beta)
+    per_token = _with_kl(_weighted(per_token, r), inputs, config, r, extra)
     capped = (coef > config.epsilon_high) & (adv > 0)
-    return _outputs(_normalised("cispo", per_token, r.mask, inputs), r, capped, adv, cuts_gradient=False)
+    return _outputs(_normalised("cispo", per_token, r.mask, inputs), r, capped, adv, extra, cuts_gradient=False)
 
 
 def sapo_loss(inputs: LossInputs, config: SAPOLossConfig) -> LossOutputs:
     """TRL's ``sapo``: a soft gate ``sigmoid(tau (r - 1)) * 4 / tau`` in place of the clip (tau by advantage
     sign), the mean over sequences of each sequence's token mean. No token is cut off."""
     r = _ratios(inputs, config.importance_sampling_level, config)
-    adv = _advantages(inputs)
+    adv, extra = _advantages(inputs), {}
     tau = torch.where(adv > 0, config.temperature_pos, config.temperature_neg)
     per_token = -(torch.sigmoid(tau * (torch.exp(r.log_w) - 1)) * 4 / tau) * adv
-    per_token = _with_kl(_weighted(per_token, r), inputs, config.beta)
-    return _outputs(_normalised("sapo", per_token, r.mask, inputs), r, torch.zeros_like(r.mask), adv,
+    per_token = _with_kl(_weighted(per_token, r), inputs, config, r, extra)
+    return _outputs(_normalised("sapo", per_token, r.mask, inputs), r, torch.zeros_like(r.mask), adv, extra,
                     cuts_gradient=False)
 
 
@@ -179,8 +185,8 @@ def vespo_loss(inputs: LossInputs, config: VESPOLossConfig) -> LossOutputs:
     ``phi(w) = exp(lambda) * w^k * exp(-lambda * w)`` (1 at w = 1; k, lambda by the advantage's sign) a detached
     weight. Log-ratios are clamped to [-20, 20] per token and [log 1e-8, 20] per sequence, as VESPO's own code.
     ``vespo/phi`` is its token mean."""
-    r = _ratios(inputs, "token", config)
-    adv = _advantages(inputs)
+    r = _ratios(inputs, "token", config)  # (TRL ignores importance_sampling_level for vespo)
+    adv, extra = _advantages(inputs), {}
     with torch.no_grad():
         log_w = (torch.clamp(r.log_w, -20.0, 20.0) * r.mask).sum(-1, keepdim=True)
         if r.weight is not None:
@@ -190,15 +196,15 @@ def vespo_loss(inputs: LossInputs, config: VESPOLossConfig) -> LossOutputs:
         k = torch.where(positive, config.k_pos, config.k_neg)
         lam = torch.where(positive, config.lambda_pos, config.lambda_neg).clamp(min=1e-4)
         phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-    per_token = _with_kl(-phi * adv * inputs.trainer_logprobs.float(), inputs, config.beta)
-    out = _outputs(_normalised("vespo", per_token, r.mask, inputs), r, torch.zeros_like(r.mask), adv,
+    per_token = _with_kl(-phi * adv * inputs.trainer_logprobs.float(), inputs, config, r, extra)
+    out = _outputs(_normalised("vespo", per_token, r.mask, inputs), r, torch.zeros_like(r.mask), adv, extra,
                    cuts_gradient=False, weights_tokens=False)
     out.metrics["vespo/phi"] = masked_mean(phi.expand_as(r.mask), r.mask)
     return out
 
 
 grpo_loss = _clipped_loss("grpo")
-dapo_loss = _clipped_loss("dapo", "token")
-bnpo_loss = _clipped_loss("bnpo", "token")
-dr_grpo_loss = _clipped_loss("dr_grpo", "token")
-luspo_loss = _clipped_loss("luspo", "sequence")
+dapo_loss = _clipped_loss("dapo")
+bnpo_loss = _clipped_loss("bnpo")
+dr_grpo_loss = _clipped_loss("dr_grpo")
+luspo_loss = _clipped_loss("luspo")

@@ -16,6 +16,7 @@ from verifiers_rl.trainer.lazy_function import LazyFunction
 LEVELS = ("token", "sequence")
 MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 BETA_HELP = "Weight of the k3 KL to the reference (initial) policy, per token (TRL's beta; 0 disables it)."
+LEVEL_HELP = "'token' (one ratio per token) or 'sequence' (GSPO: one per sequence, from its mean log-ratio)."
 
 
 @dataclass
@@ -30,6 +31,9 @@ class TRLLossConfig:
         "help": "Lower bound of the sampler correction's ratios (TRL's vllm_importance_sampling_clip_min)."})
     importance_sampling_clip_max: float | None = field(default=3.0, metadata={
         "help": "Upper bound of the sampler correction's ratios (TRL's vllm_importance_sampling_clip_max: 3.0)."})
+    use_bias_correction_kl: bool = field(default=True, metadata={"help": (
+        "With beta > 0, the KL term times the (differentiable) importance ratio, the unbiased reverse-KL gradient "
+        "(TRL's use_bias_correction_kl, default true: the gradient changes even on-policy).")})
 
     def __post_init__(self) -> None:
         if not self.beta >= 0:
@@ -47,16 +51,19 @@ class TRLLossConfig:
 
 @dataclass
 class ClippedLossConfig(TRLLossConfig):
-    """The clipped-ratio losses' keys (token-level ratios only, as TRL requires for bnpo and dr_grpo)."""
+    """The clipped-ratio losses' keys. A sequence-level ratio is TRL's for every one of them (it suggests grpo for
+    GSPO: the others sum per-token terms, weighting a sequence by its length)."""
     epsilon_low: float = field(default=0.2, metadata={"help": "Lower clip: 1 - epsilon_low bounds the ratio of a "
                                                              "negative-advantage token (TRL's epsilon, default 0.2)."})
     epsilon_high: float = field(default=0.2, metadata={"help": "Upper clip: 1 + epsilon_high bounds the ratio of a "
                                                               "positive-advantage token (TRL's epsilon_high)."})
     delta: float | None = field(default=None, metadata={"help": "Two-sided clipping: the unclipped ratio is capped "
                                                                 "at delta (TRL's delta; None: off)."})
+    importance_sampling_level: str = field(default="token", metadata={"help": LEVEL_HELP})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_level(self.importance_sampling_level)
         if not 0 <= self.epsilon_low < 1:
             raise ValueError(f"loss.epsilon_low={self.epsilon_low} must be in [0, 1) (TRL's epsilon: 0.2)")
         if not self.epsilon_high > 0:
@@ -73,21 +80,18 @@ def _check_level(level: str) -> None:
 
 @dataclass
 class GRPOLossConfig(ClippedLossConfig):
-    importance_sampling_level: str = field(default="token", metadata={
-        "help": "'token' (one ratio per token) or 'sequence' (GSPO: one per sequence, from its mean log-ratio)."})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_level(self.importance_sampling_level)
+    """grpo: each sequence's token mean, the mean over sequences; with sequence-level ratios, GSPO."""
 
 
 @dataclass
 class CISPOLossConfig(TRLLossConfig):
     epsilon_high: float = field(default=5.0, metadata={"help": "The ratio's cap (TRL's epsilon_high; ScaleRL's "
                                                                "epsilon_max, recommended 5.0)."})
+    importance_sampling_level: str = field(default="token", metadata={"help": LEVEL_HELP})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_level(self.importance_sampling_level)
         if not self.epsilon_high > 0:
             raise ValueError(f"loss.epsilon_high={self.epsilon_high} must be > 0 (ScaleRL: 5.0)")
 
@@ -98,7 +102,7 @@ class SAPOLossConfig(TRLLossConfig):
                                                                   "advantage (TRL's sapo_temperature_pos)."})
     temperature_neg: float = field(default=1.05, metadata={"help": "Gate temperature for the others (TRL's "
                                                                    "sapo_temperature_neg)."})
-    importance_sampling_level: str = field(default="token", metadata={"help": "'token' or 'sequence' (GSPO)."})
+    importance_sampling_level: str = field(default="token", metadata={"help": LEVEL_HELP})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -146,7 +150,8 @@ class DrGRPOLossConfig(ClippedLossConfig):
 
 @dataclass
 class LUSPOLossConfig(ClippedLossConfig):
-    """luspo: sequence-level ratios always (TRL refuses it at token level)."""
+    """luspo: sequence-level ratios by default, its paper's setup (TRL's GRPOConfig says 'token', and warns)."""
+    importance_sampling_level: str = field(default="sequence", metadata={"help": LEVEL_HELP})
 
 
 _EMPTY = {"importance_ratio/min": 1.0, "importance_ratio/max": 1.0, "importance_sampling/ratio/min": 1.0,
