@@ -115,3 +115,23 @@ def test_args_of_another_kind_and_grpoconfigs_reward_weights_beside_an_environme
         vf.RLTrainer(str(tiny_model_dir), reward_funcs=lengths, args=plain, train_dataset=PROMPTS)
     with pytest.raises(SettingError, match="^args: GRPOConfig's reward_weights: the environment rubric's weights"):
         vf.RLTrainer(str(tiny_model_dir), vf.load_environment("reverse-text"), args=grpo(tmp_path, reward_weights=[1]))
+
+
+def test_a_peftmodel_given_without_peft_config_trains_its_adapter(tiny_model_dir, tmp_path):
+    """As TRL's GRPOTrainer: the adapter of a PeftModel passed as `model` is what trains (before: the adapter was
+    merged into the base and every weight trained, in silence)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                            task_type="CAUSAL_LM"))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = vf.RLTrainer(model, reward_funcs=lengths, args=grpo(tmp_path, learning_rate=1e-2, bf16=False),
+                           train_dataset=PROMPTS)
+    assert trainer.args.use_lora and trainer.model is model
+    trainer.train()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert changed and all("lora_" in n for n in changed), sorted(changed)[:4]
+    trainer.close()

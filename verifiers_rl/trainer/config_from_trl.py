@@ -163,7 +163,7 @@ def _eval_fields(args: Any, max_steps: int, epoch: int | None) -> dict[str, Any]
 
 def rl_config_from(args: Any, env: Any, lora: bool = False) -> Any:
     """The RLConfig a GRPOConfig means, and one note line saying so: full fine-tuning
-    unless `lora` (RLTrainer was given a peft_config), as TRL's."""
+    unless `lora` (RLTrainer was given a peft_config, or a model carrying an adapter), as TRL's."""
     from verifiers_rl.trainer.config import RLConfig
 
     kw = {**_trainer_fields(args, RLConfig), **_grpo_fields(args)}

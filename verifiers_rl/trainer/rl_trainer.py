@@ -63,7 +63,8 @@ class RLTrainer(ExtraOptimizers, TrainerHooks, Trainer):
             raise NetworkError(problem)
         env = setup.environment(env, kwargs)
         if not isinstance(args, RLConfig):
-            args = rl_config_from(args, env, lora=peft_config is not None)  # TRL's meaning, its defaults included
+            # TRL's meaning, its defaults included; a PeftModel given without peft_config trains its adapter, as TRL's
+            args = rl_config_from(args, env, lora=peft_config is not None or hasattr(model, "peft_config"))
         earlier_run = checkpoints.used_by(args.output_dir)  # before anything of this run is written there
         # seeded before the policy is built: the LoRA init draws from the global RNG, Trainer seeds in its __init__
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
