@@ -11,12 +11,15 @@ steps, fp32 on CPU, no checkpoints and logging every step on both sides, RLTrain
 - `lora`: reverse-text (offline), LoRA r=8 on the projections, 64 rollouts = 8 x 8, 48 new tokens, lr 2e-4
   (`--model` a warm-started model, default the tiny model);
 - `wide`: a wider, deeper random model (6 layers x 256, 8 heads) and a small batch, full fine-tuning: 16 rollouts =
-  4 x 4, 48 new tokens (mostly cut at max_tokens), lr 1e-3, reward = share of the letters of "etaoin shrdlu".
+  4 x 4, 48 new tokens (mostly cut at max_tokens), lr 1e-3, reward = share of the letters of "etaoin shrdlu";
+- `mid` and `long`, two more shapes that no change was tuned on: 4 layers x 384 (6 heads), 24 rollouts = 3 x 8,
+  32 new tokens, reward = share of vowels; 3 layers x 192 (6 heads), 16 rollouts = 8 x 2 (little prompt to share),
+  64 new tokens, prompts of 60-120 tokens, reward = share of digits.
 
 Prints per pair the two times and their ratio, then the median ratio and the train reward of the last
 `--tail` steps on each side (mean over pairs +- s.e.).
 
-    python benchmarks/speed_vs_trl.py [--workload short|digits|lora|wide|both|all] [--pairs 5] [--steps 12]
+    python benchmarks/speed_vs_trl.py [--workload short|digits|lora|wide|mid|long|both|all] [--pairs 5] [--steps 12]
                                       [--model DIR] [--threads N] [--local-async]
 """
 
@@ -36,8 +39,13 @@ WORKLOADS = {
     "digits": dict(full=True, batch_size=64, group=16, max_tokens=16, lr=2e-3),
     "lora": dict(full=False, batch_size=64, group=8, max_tokens=48, lr=2e-4),
     "wide": dict(full=True, batch_size=16, group=4, max_tokens=48, lr=1e-3),
+    "mid": dict(full=True, batch_size=24, group=8, max_tokens=32, lr=1e-3),
+    "long": dict(full=True, batch_size=16, group=2, max_tokens=64, lr=2e-3),
 }
 WIDE_MODEL = dict(num_layers=6, hidden_size=256, num_heads=8, num_kv_heads=4, intermediate_size=768)
+MODELS = {"wide": WIDE_MODEL,  # workloads on a model of their own (the rest: the tiny model)
+          "mid": dict(num_layers=4, hidden_size=384, num_heads=6, num_kv_heads=2, intermediate_size=1024),
+          "long": dict(num_layers=3, hidden_size=192, num_heads=6, num_kv_heads=3, intermediate_size=512)}
 
 
 def letters_env(chars: str = "abcdefghijklmnopqrstuvwxyz", rows: list[str] | None = None):
@@ -69,6 +77,13 @@ def workload_env(name: str):
     if name == "wide":
         return letters_env("etaoin shrdlu", [f"Tell me about item number {i} in a few words, please."
                                              for i in range(512)])
+    if name == "mid":
+        things = ["city", "river", "tool", "animal", "song", "color", "planet", "book"]
+        return letters_env("aeiou ", [f"Name a {things[i % 8]} and describe it briefly, number {i}."
+                                      for i in range(512)])
+    if name == "long":
+        return letters_env("0123456789 ", [f"Here is some context: {' '.join(['lorem ipsum dolor'] * (1 + i % 3))}. "
+                                           f"Reply with numbers {i}." for i in range(512)])
     return letters_env()
 
 
@@ -180,7 +195,7 @@ def bench(name: str, model_dir: str, env, a) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="both", choices=["short", "digits", "lora", "wide", "both", "all"],
+    p.add_argument("--workload", default="both", choices=["short", "digits", "lora", *MODELS, "both", "all"],
                    help="both: short and lora; all: short, digits and lora")
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--steps", type=int, default=12)
@@ -212,8 +227,8 @@ def main() -> None:
             model = tiny
             if name == "lora" and a.model:
                 model = a.model
-            elif name == "wide":
-                model = str(build_tiny_model(f"{tmp}/wide", **WIDE_MODEL))
+            elif name in MODELS:
+                model = str(build_tiny_model(f"{tmp}/{name}", **MODELS[name]))
             bench(name, model, envs[name], a)
 
 
