@@ -377,6 +377,28 @@ def test_a_scripts_server_config_is_laid_out_by_the_plan():
         assert cfg.colocate is shared and cfg.layout().colocated == shared
 
 
+def test_the_server_fits_the_rank_of_the_adapter_the_policy_carries(tiny_model_dir):
+    """A PeftModel passed in, or loaded from an adapter directory, has its own rank, not lora_rank's: the server's
+    --max-lora-rank fits it (before: lora_rank's 8, and vLLM refuses a rank-32 adapter at its first load)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from verifiers_rl.inference.vllm_backend import _launch_config, adapter_rank
+    from verifiers_rl.inference.vllm_server import VLLMServerConfig, build_command
+    from verifiers_rl.plan.inference import inference_plan_for
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    assert adapter_rank(base) is None
+    model = get_peft_model(base, LoraConfig(r=16, target_modules=["q_proj"], rank_pattern={"v_proj": 32},
+                                            task_type="CAUSAL_LM"))
+    assert adapter_rank(model) == 32
+    args = _script_args(use_lora=True, bf16=True, fp16=False, lora_rank=8, max_seq_len=256, vllm_server_timeout=60,
+                        output_dir="/tmp/o")
+    plan = inference_plan_for(args, cuda=True, server_config={"gpus": 1}, trainer_devices=[0], visible=2)
+    cfg = _launch_config(VLLMServerConfig(gpus=1, model="/m"), plan, model, args)
+    assert cfg.max_lora_rank == 32 and "--max-lora-rank 32" in " ".join(build_command(cfg, "py", 1))
+
+
 def test_auto_means_one_thing_in_every_caller():
     from verifiers_rl.plan.inference import INFERENCE_BACKENDS, inference_plan_for, resolve_backend
 

@@ -131,13 +131,14 @@ def test_a_transformers_check_still_ends_the_run_in_one_line_before_the_trainer_
     script = ("import sys; from verifiers_rl.cli.rl import main; rc = main(sys.argv[1:]); "
               "print('vf-rl imported:', sorted(m for m in ('torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
     r = subprocess.run([sys.executable, "-c", script, "@", str(QUICKSTART), "--tiny_model.path", str(tmp_path / "tiny"),
-                        "--no-warmup", "--no-eval", "--trainer.args.load-best-model-at-end", "true",
+                        "--no-warmup", "--no-eval", "--trainer.args.logging-steps", "0",
                         "--output-dir", str(tmp_path / "rl")], capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 2, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: trainer.args: --load_best_model_at_end requires"), out
+    assert len(errors) == 1 and errors[0].startswith("error: trainer.args: logging strategy"), out  # transformers'
+    assert "requires non-zero --logging_steps" in errors[0], out
     assert not (tmp_path / "tiny").exists()  # the trainer stopped at its config: no model built
     assert "vf-rl imported: []" in r.stdout, out[-3000:]
 

@@ -107,6 +107,26 @@ def test_trls_vllm_server_and_its_sampler_correction_carry_over(tmp_path):
     assert rl.loss["importance_sampling_level"] == "sequence" and rl.advantage["scale_rewards"] == "batch"
 
 
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"])
+def test_the_kls_bias_correction_and_the_ratio_level_reach_every_trl_loss_type(tmp_path, loss_type):
+    """TRL's use_bias_correction_kl (default true; before, false was refused) and importance_sampling_level (before,
+    dropped in silence for dapo, bnpo, dr_grpo, cispo and vespo's KL; luspo's always 'sequence') as TRL reads them."""
+    rl = rl_config_from(grpo(tmp_path, loss_type=loss_type, beta=0.04, importance_sampling_level="sequence",
+                             use_bias_correction_kl=False), None)
+    assert (rl.loss["use_bias_correction_kl"], rl.loss["importance_sampling_level"]) == (False, "sequence")
+    config = rl.loss_config()
+    assert (config.use_bias_correction_kl, config.importance_sampling_level) == (False, "sequence")
+    default = rl_config_from(grpo(tmp_path, loss_type=loss_type), None).loss_config()
+    assert (default.use_bias_correction_kl, default.importance_sampling_level) == (True, "token")  # luspo's too
+
+
+def test_a_reply_that_is_only_its_end_token_trains_as_in_trl(tmp_path):
+    """TRL trains an empty reply's end token with its reward; verifiers' default records EmptyModelResponseError
+    and trains nothing there (before: so did a GRPOConfig). keep_empty_replies' tokens: test_classic_names.py."""
+    assert rl_config_from(grpo(tmp_path), None).keep_empty_replies
+    assert not vf.RLConfig(output_dir=str(tmp_path / "rl")).keep_empty_replies  # an RLConfig keeps verifiers' way
+
+
 def test_args_of_another_kind_and_grpoconfigs_reward_weights_beside_an_environment_are_one_line(tiny_model_dir,
                                                                                                  tmp_path):
     plain = TrainingArguments(output_dir=str(tmp_path / "o"), use_cpu=True)
@@ -117,21 +137,58 @@ def test_args_of_another_kind_and_grpoconfigs_reward_weights_beside_an_environme
         vf.RLTrainer(str(tiny_model_dir), vf.load_environment("reverse-text"), args=grpo(tmp_path, reward_weights=[1]))
 
 
-def test_a_peftmodel_given_without_peft_config_trains_its_adapter(tiny_model_dir, tmp_path):
-    """As TRL's GRPOTrainer: the adapter of a PeftModel passed as `model` is what trains (before: the adapter was
-    merged into the base and every weight trained, in silence)."""
+def _peft_model(model_dir, adapter_dir=None):
+    """A LoRA PeftModel of the tiny model: a fresh adapter, or (adapter_dir) that one saved and loaded back as
+    PeftModel.from_pretrained loads it by default, frozen."""
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                             task_type="CAUSAL_LM"))
+    if adapter_dir is None:
+        return model
+    model.save_pretrained(str(adapter_dir))
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(model_dir)), str(adapter_dir))
+
+
+def test_a_peftmodel_given_without_peft_config_trains_its_adapter(tiny_model_dir, tmp_path):
+    """As TRL's GRPOTrainer: the adapter of a PeftModel passed as `model` is what trains (before: the adapter was
+    merged into the base and every weight trained, in silence); the KL's reference is the base with the adapter
+    off, and the local engine serves the trained adapter."""
+    import torch
+
+    model = _peft_model(tiny_model_dir)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = vf.RLTrainer(model, reward_funcs=lengths, args=grpo(tmp_path, learning_rate=1e-2, bf16=False),
+    trainer = vf.RLTrainer(model, reward_funcs=lengths, args=grpo(tmp_path, learning_rate=1e-2, beta=0.04),
                            train_dataset=PROMPTS)
-    assert trainer.args.use_lora and trainer.model is model
+    assert trainer.args.use_lora and trainer.model is model and trainer.ref_model is None
     trainer.train()
-    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert trainer.state.global_step == 2
+    kl = [h["ref_kl/mean"] for h in trainer.state.log_history if "ref_kl/mean" in h]  # to the adapter-off base
+    assert kl[0] == pytest.approx(0, abs=1e-6) and kl[-1] > 0
+    after = dict(trainer.model.named_parameters())
+    assert after.keys() == before.keys()
+    changed = {n for n, p in after.items() if not torch.equal(p.detach(), before[n])}
     assert changed and all("lora_" in n for n in changed), sorted(changed)[:4]
+    assert all(torch.equal(after[n].detach(), before[n]) for n in before if "lora_" not in n)  # the base: as it was
+    ids = torch.randint(3, 250, (2, 9))
+    with torch.no_grad():
+        served, policy = trainer.inference.engine.model.eval()(ids).logits, trainer.model.eval()(ids).logits
+    assert torch.allclose(served, policy, atol=1e-5)
+    trainer.close()
+
+
+def test_a_frozen_peftmodel_adapter_is_one_line_and_use_lora_false_says_it_merges(tiny_model_dir, tmp_path, capsys):
+    """PeftModel.from_pretrained's default (is_trainable=False) leaves nothing to train: TRL runs steps that change
+    nothing, here it is one line. An RLConfig's use_lora=False merges the adapter and trains every weight, said."""
+    frozen = _peft_model(tiny_model_dir, tmp_path / "adapter")
+    with pytest.raises(ValueError, match=r"^the model's PEFT adapter is frozen .*is_trainable=True$"):
+        vf.RLTrainer(frozen, reward_funcs=lengths, args=grpo(tmp_path), train_dataset=PROMPTS)
+    args = vf.RLConfig(output_dir=str(tmp_path / "full"), use_lora=False, max_steps=1, batch_size=8,
+                       rollouts_per_example=4, max_tokens=6, report_to="none")
+    trainer = vf.RLTrainer(_peft_model(tiny_model_dir), reward_funcs=lengths, args=args, train_dataset=PROMPTS)
+    assert "note: use_lora=False: the model's PEFT adapter is merged into its base" in capsys.readouterr().out
+    assert not hasattr(trainer.model, "peft_config") and all(p.requires_grad for p in trainer.model.parameters())
     trainer.close()

@@ -129,6 +129,13 @@ CASES = [  # (our loss.type and its keys, TRL's loss_type and settings)
     ("cispo", {"importance_sampling_level": "sequence", "epsilon_high": 1.1}, "cispo",
      {"eps_low": 0.2, "eps_high": 1.1, "level": "sequence"}),
     ("luspo", {"importance_sampling_level": "token"}, "luspo", {"eps_low": 0.2, "eps_high": 0.2}),
+    ("sapo", {"importance_sampling_level": "sequence", "beta": 0.04}, "sapo",
+     {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence", "beta": 0.04}),
+    # vespo's weight ignores the level; TRL's KL bias correction reads it (before: dropped, in silence)
+    ("vespo", {"importance_sampling_level": "sequence", "beta": 0.05}, "vespo",
+     {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence", "beta": 0.05}),
+    ("vespo", {"importance_sampling_level": "sequence", "beta": 0.05, "use_bias_correction_kl": False}, "vespo",
+     {"eps_low": 0.2, "eps_high": 0.2, "level": "sequence", "beta": 0.05, "bias": False}),
 ]
 
 
@@ -205,8 +212,10 @@ def test_the_sampler_correction_equals_trls_vllm_importance_sampling(ours, confi
 def test_the_settings_a_loss_cannot_take_are_one_line_each():
     with pytest.raises(ValueError, match="importance_sampling_level='seq' is not 'token' or 'sequence'"):
         get_loss("grpo").config(importance_sampling_level="seq")
-    with pytest.raises(TypeError):  # vespo's weight is per sequence already (TRL ignores the level, and warns)
-        get_loss("vespo").config(importance_sampling_level="sequence")
+    with pytest.raises(ValueError, match="importance_sampling_level='seq' is not 'token' or 'sequence'"):
+        get_loss("vespo").config(importance_sampling_level="seq")
+    with pytest.raises(TypeError):  # TRL's cispo has no lower clip (it ignores epsilon), nor a delta
+        get_loss("cispo").config(epsilon_low=0.1)
     with pytest.raises(ValueError, match="loss.temperature_neg=0 must be > 0"):
         get_loss("sapo").config(temperature_neg=0)
     with pytest.raises(ValueError, match="loss.importance_sampling_mode='token' is not one of none, token_truncate"):

@@ -105,7 +105,7 @@ checks, named by the `trainer.args.<field>` they are about: batch divisibility b
 `use_lora = false`, ...), an environment id that cannot be imported or an argument its `load_environment()` does
 not take, a missing `env_file`. Hosted-format configs name the hosted key (`sampling.temperature`). vf-rl checks
 without importing transformers (its `TrainingArguments` fields are read from its source); a combination only
-transformers' own checks refuse (`load_best_model_at_end`, which needs transformers' eval loop) is the same one line,
+transformers' own checks refuse (`logging_steps = 0` with the default logging strategy) is the same one line,
 `error: trainer.args: ...`, exit code 2, from the trainer process before it builds a model or starts a server.
 
 ## `--dry-run`

@@ -171,13 +171,24 @@ def _launch_config(cfg: VLLMServerConfig, plan: Any, model: Any, args: Any) -> V
     params = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
     ctx = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     return server_launch_config(cfg, plan, args, served=served, max_positions=ctx,
-                                cuda=bool(params is not None and params.is_cuda))
+                                cuda=bool(params is not None and params.is_cuda), lora_rank=adapter_rank(model))
+
+
+def adapter_rank(model: Any) -> int | None:
+    """The largest LoRA rank of the adapter(s) a PEFT model carries (a PeftModel passed in or loaded from an adapter
+    directory has its own rank, not lora_rank's), per-module ranks included; None without one."""
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict):
+        return None
+    ranks = [int(r) for c in configs.values() for r in [getattr(c, "r", 0) or 0,
+                                                         *(getattr(c, "rank_pattern", None) or {}).values()]]
+    return max(ranks, default=0) or None
 
 
 def server_launch_config(cfg: VLLMServerConfig, plan: Any, args: Any, *, served: str, max_positions: int | None,
-                         cuda: bool) -> VLLMServerConfig:
+                         cuda: bool, lora_rank: int | None = None) -> VLLMServerConfig:
     """The server the trainer starts, from its config, the plan and the trainer's args (also what
-    `vf-rl --dry-run --gpus N` shows: plan/preview.py)."""
+    `vf-rl --dry-run --gpus N` shows: plan/preview.py); `lora_rank`: the loaded adapter's, when it carries one."""
     from dataclasses import replace
 
     server_args = dict(cfg.args)
@@ -203,7 +214,7 @@ def server_launch_config(cfg: VLLMServerConfig, plan: Any, args: Any, *, served:
     return replace(
         cfg, model=served, args=server_args, host=cfg.host if cfg.host != "127.0.0.1" else plan.host,
         port=cfg.port or plan.port, enable_lora=cfg.enable_lora or bool(args.use_lora),
-        max_lora_rank=max(cfg.max_lora_rank, int(args.lora_rank)) if args.use_lora else cfg.max_lora_rank,
+        max_lora_rank=max(cfg.max_lora_rank, lora_rank or int(args.lora_rank)) if args.use_lora else cfg.max_lora_rank,
         timeout=args.vllm_server_timeout,
         weight_transfer=plan.weight_sync if plan.weight_sync in NATIVE else cfg.weight_transfer,
         log_path=cfg.log_path or os.path.join(args.output_dir, "logs", "vllm-server.log"))

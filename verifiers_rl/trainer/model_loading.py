@@ -150,6 +150,10 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
     if is_peft and peft_config is not None:  # as TRL: the model's own adapter would train, peft_config ignored
         raise ValueError("peft_config is given but the model already carries a PEFT adapter, which is the one "
                          "trained: drop peft_config, or pass the base model")
+    if is_peft and args.use_lora and not any(p.requires_grad for p in model.parameters()):
+        # TRL's GRPOTrainer leaves such an adapter frozen and runs steps that change nothing; here it is one line
+        raise ValueError("the model's PEFT adapter is frozen (PeftModel.from_pretrained(..., is_trainable=False), "
+                         "its default): nothing would train; load it with is_trainable=True")
     if args.disable_dropout:  # a PeftModel's base too: one passed in, or loaded from an adapter directory
         disable_dropout(model)
     if args.use_lora and not is_peft:
@@ -164,7 +168,10 @@ def load_policy(model: Any, args: Any, tokenizer: Any = None, peft_config: Any =
         with peft_wrapping_quietly():
             model = get_peft_model(model, cfg)
     elif not args.use_lora and is_peft:
-        # full fine-tuning continues from the adapted weights; peft froze the base ones
+        # full fine-tuning continues from the adapted weights; peft froze the base ones. Said, since the same model
+        # trains its adapter alone by default (and under a GRPOConfig, as TRL's)
+        print("note: use_lora=False: the model's PEFT adapter is merged into its base and every weight trains "
+              "(use_lora=True trains the adapter alone)", flush=True)
         model = model.merge_and_unload().requires_grad_(True)
 
     if tokenizer is None:

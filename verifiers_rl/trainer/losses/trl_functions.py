@@ -38,12 +38,16 @@ def _ratios(inputs: LossInputs, level: str, config: TRLLossConfig) -> Ratios:
     mode = config.importance_sampling_mode
     old = inputs.sampling_logprobs.detach().float() if mode == "none" else lp.detach()
     log_ratio = log_importance_ratio(lp, old, mask)
-    if level == "sequence":
-        m = mask.float()
-        log_w = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    else:
-        log_w = log_ratio
-    return Ratios(mask, mismatch, log_w, None if mode == "none" else _sampler_weight(mismatch, config))
+    return Ratios(mask, mismatch, _at_level(log_ratio, mask, level),
+                  None if mode == "none" else _sampler_weight(mismatch, config))
+
+
+def _at_level(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """Per-token log-ratios as they are (``token``), or each sequence's mean over its loss tokens, [B, 1]."""
+    if level != "sequence":
+        return log_ratio
+    m = mask.float()
+    return ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
 
 
 def _sampler_weight(mismatch: torch.Tensor, config: TRLLossConfig) -> torch.Tensor:
@@ -184,8 +188,8 @@ def vespo_loss(inputs: LossInputs, config: VESPOLossConfig) -> LossOutputs:
     importance ratio (the product of its token ratios, times the sampler correction's token weights when set) and
     ``phi(w) = exp(lambda) * w^k * exp(-lambda * w)`` (1 at w = 1; k, lambda by the advantage's sign) a detached
     weight. Log-ratios are clamped to [-20, 20] per token and [log 1e-8, 20] per sequence, as VESPO's own code.
-    ``vespo/phi`` is its token mean."""
-    r = _ratios(inputs, "token", config)  # (TRL ignores importance_sampling_level for vespo)
+    ``vespo/phi`` is its token mean. ``importance_sampling_level`` reaches only the KL's bias correction, as TRL's."""
+    r = _ratios(inputs, "token", config)  # phi's sequence ratio is the product of the token ratios
     adv, extra = _advantages(inputs), {}
     with torch.no_grad():
         log_w = (torch.clamp(r.log_w, -20.0, 20.0) * r.mask).sum(-1, keepdim=True)
@@ -196,7 +200,8 @@ def vespo_loss(inputs: LossInputs, config: VESPOLossConfig) -> LossOutputs:
         k = torch.where(positive, config.k_pos, config.k_neg)
         lam = torch.where(positive, config.lambda_pos, config.lambda_neg).clamp(min=1e-4)
         phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-    per_token = _with_kl(-phi * adv * inputs.trainer_logprobs.float(), inputs, config, r, extra)
+    kl_r = r._replace(log_w=_at_level(r.log_w, r.mask, config.importance_sampling_level))  # TRL's KL weight
+    per_token = _with_kl(-phi * adv * inputs.trainer_logprobs.float(), inputs, config, kl_r, extra)
     out = _outputs(_normalised("vespo", per_token, r.mask, inputs), r, torch.zeros_like(r.mask), adv, extra,
                    cuts_gradient=False, weights_tokens=False)
     out.metrics["vespo/phi"] = masked_mean(phi.expand_as(r.mask), r.mask)

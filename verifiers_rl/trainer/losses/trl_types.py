@@ -1,5 +1,6 @@
-"""TRL's GRPOTrainer loss types by name and by value (TRL 1.16, ``GRPOConfig.loss_type``), with TRL's ``beta``,
-GSPO's sequence-level ratios (grpo, sapo) and TRL's sampler correction (``importance_sampling_mode``).
+"""TRL's GRPOTrainer loss types by name and by value (TRL 1.16, ``GRPOConfig.loss_type``), with TRL's ``beta`` (and
+its KL bias correction), sequence-level ratios (``importance_sampling_level``, GSPO's with grpo) and TRL's sampler
+correction (``importance_sampling_mode``).
 ``tests/test_trl_losses.py`` checks each, value and gradient, against TRL's own ``_compute_loss``.
 
 The configs and specs are here (no torch: vf-rl's own process checks them); the functions in ``trl_functions.py``.
@@ -119,9 +120,13 @@ class VESPOLossConfig(TRLLossConfig):
     lambda_pos: float = field(default=3.0, metadata={"help": "Rate lambda for advantages >= 0 (vespo_lambda_pos)."})
     k_neg: float = field(default=3.0, metadata={"help": "Shape k for negative advantages (vespo_k_neg)."})
     lambda_neg: float = field(default=2.0, metadata={"help": "Rate lambda for negative advantages (vespo_lambda_neg)."})
+    importance_sampling_level: str = field(default="token", metadata={"help": (
+        "Read only by the KL's bias correction (beta > 0): 'sequence' weights the KL by exp(the sequence's mean "
+        "log-ratio), as TRL's vespo does (TRL warns: vespo's own weight is per sequence already; keep 'token').")})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_level(self.importance_sampling_level)
         if self.importance_sampling_mode.startswith("sequence"):
             raise ValueError(f"loss.importance_sampling_mode={self.importance_sampling_mode!r}: vespo takes "
                              "'none', 'token_truncate' or 'token_mask' (its weight is already per sequence)")
