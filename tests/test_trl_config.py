@@ -192,3 +192,14 @@ def test_a_frozen_peftmodel_adapter_is_one_line_and_use_lora_false_says_it_merge
     assert "note: use_lora=False: the model's PEFT adapter is merged into its base" in capsys.readouterr().out
     assert not hasattr(trainer.model, "peft_config") and all(p.requires_grad for p in trainer.model.parameters())
     trainer.close()
+
+
+def test_generation_kwargs_set_the_sampling_settings_they_name(tmp_path):
+    """TRL's generation_kwargs override its sampling settings; here the keys with a counterpart set it, over the
+    config's own fields (before: any key was refused), and any other key is one line naming it."""
+    rl = rl_config_from(grpo(tmp_path, top_k=0, generation_kwargs={"max_new_tokens": 5, "top_k": 3, "min_p": 0.1}),
+                        None)
+    assert (rl.max_tokens, rl.top_k, rl.min_p) == (5, 3, 0.1)
+    with pytest.raises(SettingError, match=r"generation_kwargs key 'num_beams' has no counterpart here; the keys it "
+                                           r"takes: temperature, top_p"):
+        rl_config_from(grpo(tmp_path, generation_kwargs={"num_beams": 2}), None)

@@ -27,9 +27,13 @@ LOSS_KEYS = {"beta": "beta", "epsilon": "epsilon_low", "epsilon_high": "epsilon_
 VLLM_CORRECTION = ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
                    "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
                    "vllm_importance_sampling_cap")
+# generation_kwargs keys (TRL's: they override the sampling settings) -> the RLConfig field each sets
+GENERATION_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                   "repetition_penalty": "repetition_penalty", "max_tokens": "max_tokens",
+                   "max_new_tokens": "max_tokens"}
 READ = {*RENAMED, *SAME_NAME, *VLLM_SERVER, *LOSS_KEYS, *VLLM_CORRECTION, "loss_type", "scale_rewards", "top_k", "min_p",
         "num_generations_eval", "use_vllm", "vllm_mode", "vllm_server_base_url", "reward_weights", "log_completions",
-        "generation_batch_size", "steps_per_generation"}
+        "generation_batch_size", "steps_per_generation", "generation_kwargs"}
 # TrainingArguments fields set here from others (the batch), or by RLTrainer itself
 MANAGED = {"per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
            "output_dir", "eval_strategy", "eval_steps"}
@@ -91,7 +95,8 @@ def _unread(args: Any) -> None:
             args.generation_batch_size not in (None, per_step * args.gradient_accumulation_steps)):
         raise SettingError("steps_per_generation", "args: GRPOConfig's steps_per_generation / generation_batch_size "
                            "reuse one generation for several optimizer steps; here each batch of rollouts is one "
-                           "step (batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices)")
+                           "step (batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices): "
+                           "leave them unset")
 
 
 def _loss_and_advantage(args: Any) -> dict[str, Any]:
@@ -117,6 +122,11 @@ def _grpo_fields(args: Any) -> dict[str, Any]:
     kw.update({k: getattr(args, k) for k in SAME_NAME}, **_loss_and_advantage(args))
     kw["top_k"] = args.top_k or None  # TRL's 0 is off
     kw["min_p"] = args.min_p or 0.0
+    for key, value in (args.generation_kwargs or {}).items():  # TRL's: over the settings above
+        if key not in GENERATION_KEYS:
+            raise SettingError("generation_kwargs", f"args: GRPOConfig's generation_kwargs key {key!r} has no "
+                               f"counterpart here; the keys it takes: {', '.join(GENERATION_KEYS)}")
+        kw[GENERATION_KEYS[key]] = value
     kw["eval_rollouts_per_example"] = args.num_generations_eval or args.num_generations
     kw["keep_empty_replies"] = True  # TRL trains a reply that is only its end token, with its reward
     if args.log_completions:
