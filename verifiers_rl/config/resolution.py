@@ -90,17 +90,13 @@ HOSTED_ONLY_KEYS = ("name", "max_steps", "batch_size", "rollouts_per_example", "
 VF_RL_ONLY_KEYS = ("trainer", "inference", "tiny_model", "warmup")
 
 
-# top-level keys of prime-rl's orchestrator config (one part of a run split into trainer, orchestrator and inference)
-ORCHESTRATOR_ONLY_KEYS = ("train", "group_size", "renderer", "algo", "seq_len", "batch_size")
-
-
 def is_prime_sft(raw: dict[str, Any]) -> bool:
     """prime-rl's SFT config (config/prime_sft.py): a `[model]` table (vf-sft and vf-rl name the model as a string)
     without prime-rl's RL `[orchestrator]`; an error for prime-rl's orchestrator config, which has that shape too."""
     if not isinstance(raw.get("model"), dict) or "orchestrator" in raw:
         return False
-    if isinstance(raw.get("train"), dict) or "group_size" in raw:
-        found = next(k for k in ORCHESTRATOR_ONLY_KEYS if k in raw)
+    found = "train" if isinstance(raw.get("train"), dict) else "group_size" if "group_size" in raw else None
+    if found:  # top-level keys only prime-rl's orchestrator config has (a run split into trainer, orchestrator, ...)
         raise ConfigError(f"{found}: a key of prime-rl's orchestrator config, one part of a run split into trainer, "
                           "orchestrator and inference; vf-rl takes the whole run in one file (prime-rl's rl config): "
                           "put this file's keys under [orchestrator], the trainer's under [trainer]")

@@ -40,8 +40,9 @@ class _LoggingRubric(Rubric):
         every = set(self.get_reward_func_names())
         for s in states:
             s["metrics"] = {**s.pop(LOGGED_METRICS, {}), **(s.get("metrics") or {})}
-            if set(s.pop(NONE_FROM, ())) >= every:  # TRL's unscorable rollout: out of its group's baseline, advantage
-                s["dropped"] = True               # 0, out of the reward means (a None alone counts 0, as nansum)
+            nones = set(s.pop(NONE_FROM, ()))
+            if nones and nones >= every:  # TRL's unscorable rollout: out of its group's baseline, advantage 0, out of
+                s["dropped"] = True       # the reward means (a None beside another function's score counts 0)
             if self.pool is not None:
                 self.pool.release(s.get(KEY))
 
